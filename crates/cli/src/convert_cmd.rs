@@ -1,0 +1,281 @@
+//! `dspark convert` and `dspark synth`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use dspark_convert::config::DraftConfig;
+use dspark_convert::plan::{OutType, Options, Plan};
+use dspark_convert::report::{error_summary, Report};
+use dspark_convert::source::{Checkpoint, SourceLayout};
+use dspark_convert::synth::{write_synth, SynthGeometry};
+use dspark_convert::write::write_gguf;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::mmap::{map_input, Bytes};
+use crate::{Outcome, CANCEL};
+
+/// Name of the report written beside the output by default.
+pub const REPORT_FILE: &str = "conversion-report.json";
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// Checkpoint folder: config.json plus model.safetensors or model.safetensors.index.json.
+    pub src: PathBuf,
+    /// Output GGUF (default: <name>-<TYPE>.gguf in the current folder).
+    #[arg(short = 'o', long = "out")]
+    pub out: Option<PathBuf>,
+    /// Output type of the matrices: q8_0, f16, bf16 or f32 (norms and the confidence head stay F32).
+    #[arg(long, default_value = "q8_0", value_parser = parse_outtype)]
+    pub outtype: OutType,
+    /// Report path (default: conversion-report.json beside the output).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// general.name (default: from --source-repo, else the source folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Source repository ORG/NAME, recorded in the metadata and the report.
+    #[arg(long)]
+    pub source_repo: Option<String>,
+    /// Pinned source revision, recorded in the metadata and the report.
+    #[arg(long)]
+    pub source_revision: Option<String>,
+    /// Quantization threads (default: all cores). The output does not depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print the plan and the exact output size; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Replace an existing output (and report).
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Skip source tensors this converter does not know, listing them in the report.
+    #[arg(long)]
+    pub allow_extra: bool,
+    /// Convert NaN / Inf values instead of refusing the tensor.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+}
+
+fn parse_outtype(s: &str) -> Result<OutType, String> {
+    OutType::parse(s).ok_or_else(|| format!("`{s}` is not one of q8_0, f16, bf16, f32"))
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Geometry: tiny or kimi-k3-dspark.
+    #[arg(long)]
+    pub geometry: String,
+    /// Output folder (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Random seed; the same seed gives the same bytes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A loaded source: layout, config and mapped weight files.
+pub struct LoadedSource {
+    pub layout: SourceLayout,
+    pub config: DraftConfig,
+    pub maps: Vec<Bytes>,
+}
+
+impl LoadedSource {
+    pub fn open(dir: &Path) -> Result<LoadedSource> {
+        let layout = SourceLayout::discover(dir)?;
+        let config = DraftConfig::read(&layout.config_path())?;
+        let maps = (0..layout.files.len()).map(|i| map_input(&layout.path(i))).collect::<Result<Vec<_>>>()?;
+        Ok(LoadedSource { layout, config, maps })
+    }
+
+    pub fn slices(&self) -> Vec<&[u8]> {
+        self.maps.iter().map(|m| &m[..]).collect()
+    }
+
+    pub fn checkpoint(&self) -> Result<Checkpoint<'_>> {
+        Ok(Checkpoint::parse(self.layout.clone(), &self.slices())?)
+    }
+}
+
+fn progress_bar(total: u64, quiet: bool, what: &str) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("dspark: {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn human(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
+    } else if n >= 1 << 20 {
+        format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    }
+}
+
+fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
+    let layout = plan.layout();
+    let mut so = std::io::stdout().lock();
+    writeln!(so, "{:<34} {:<5} {:<16} {:<5} {:>14}", "tensor", "src", "shape", "type", "bytes")?;
+    for (t, (_, bytes)) in plan.tensors.iter().zip(&layout.tensors) {
+        let shape = format!("{:?}", t.source_shape);
+        let fallback = t.fallback.as_deref().map(|f| format!("  ({f})")).unwrap_or_default();
+        writeln!(so, "{:<34} {:<5} {:<16} {:<5} {:>14}{fallback}", t.name, t.source_dtype.name(), shape, t.ty.name(), bytes)?;
+    }
+    for s in &plan.skipped {
+        writeln!(so, "{s:<34} skipped (--allow-extra)")?;
+    }
+    let counts: Vec<String> = plan.type_counts().iter().map(|(ty, n)| format!("{n} {ty}")).collect();
+    writeln!(
+        so,
+        "{} tensors ({}), {} parameters; output {} would be exactly {} bytes ({})",
+        plan.tensors.len(),
+        counts.join(", "),
+        plan.parameters,
+        out.display(),
+        layout.file_size,
+        human(layout.file_size)
+    )?;
+    Ok(())
+}
+
+/// A temporary file in `dir` named after `final_name`, removed on drop unless persisted.
+fn temp_in(dir: &Path, final_name: &str) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(&format!(".{final_name}."))
+        .suffix(".dspark-partial")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .tempfile_in(dir)
+        .with_context(|| format!("{}: cannot create a temporary file (is the folder writable?)", dir.display()))
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
+    let started = Instant::now();
+    let src = LoadedSource::open(&a.src)?;
+    let ckpt = src.checkpoint()?;
+    let options = Options {
+        outtype: a.outtype,
+        name: a.name.clone(),
+        source_repo: a.source_repo.clone(),
+        source_revision: a.source_revision.clone(),
+        allow_extra: a.allow_extra,
+        allow_nonfinite: a.allow_nonfinite,
+    };
+    let plan = Plan::new(src.config.clone(), &ckpt, options)?;
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(plan.default_file_name()));
+    let out_name = out
+        .file_name()
+        .with_context(|| format!("{}: not a file path", out.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let out_dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let report_path = a.report.clone().unwrap_or_else(|| out_dir.join(REPORT_FILE));
+    if a.dry_run {
+        print_plan(&plan, &out)?;
+        return Ok(Outcome::Ok);
+    }
+    if !a.force {
+        for p in [&out, &report_path] {
+            if p.exists() {
+                bail!("{}: already exists (use --force to replace it, or choose another path)", p.display());
+            }
+        }
+    }
+    if !out_dir.is_dir() {
+        bail!("{}: the output folder does not exist", out_dir.display());
+    }
+    // Create the temporary output first: an unwritable destination fails before any work.
+    let tmp = temp_in(&out_dir, &out_name)?;
+    let layout = plan.layout();
+    let pb = progress_bar(layout.file_size - layout.data_offset, a.quiet, "converting");
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let slices = src.slices();
+    let result = write_gguf(&plan, &ckpt, &slices, tmp.as_file(), threads, &CANCEL, &|done| pb.set_position(done));
+    pb.finish_and_clear();
+    let result = result?;
+    if CANCEL.load(Ordering::SeqCst) {
+        return Err(dspark_convert::error::ConvertError::Cancelled.into());
+    }
+    let sizes: Vec<u64> = src.maps.iter().map(|m| m.len() as u64).collect();
+    let report = Report::new(&plan, &result, &sizes, &out_name);
+    // Report to its own temporary file first, then both renames.
+    let report_dir = match report_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let report_name = report_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| REPORT_FILE.into());
+    let mut rtmp = temp_in(&report_dir, &report_name)?;
+    rtmp.write_all(report.to_json().as_bytes()).with_context(|| format!("{}: cannot write the report", report_path.display()))?;
+    rtmp.as_file().sync_all().with_context(|| format!("{}: cannot sync the report", report_path.display()))?;
+    if CANCEL.load(Ordering::SeqCst) {
+        return Err(dspark_convert::error::ConvertError::Cancelled.into());
+    }
+    tmp.persist(&out).with_context(|| format!("{}: cannot move the finished file into place", out.display()))?;
+    rtmp.persist(&report_path).with_context(|| format!("{}: cannot move the report into place", report_path.display()))?;
+    sync_dir(&out_dir);
+    sync_dir(&report_dir);
+
+    if !a.quiet {
+        let (rms, max, _) = error_summary(&plan, &result);
+        let counts: Vec<String> = plan.type_counts().iter().map(|(ty, n)| format!("{n} {ty}")).collect();
+        let src_size: u64 = sizes.iter().sum();
+        println!(
+            "{}: {} tensors ({}), {} parameters, {} -> {} ({:.2}%), relative RMSE rms {:.6} max {:.6}, {:.1} s",
+            out.display(),
+            plan.tensors.len(),
+            counts.join(", "),
+            plan.parameters,
+            human(src_size),
+            human(result.output_size),
+            100.0 * result.output_size as f64 / src_size.max(1) as f64,
+            rms,
+            max,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
+    let Some(g) = SynthGeometry::by_name(&a.geometry) else {
+        bail!("unknown geometry `{}` (expected tiny or kimi-k3-dspark)", a.geometry);
+    };
+    let total: u64 = g.parameters() * 2;
+    let pb = progress_bar(total, a.quiet, "synthesizing");
+    write_synth(&g, &a.out, a.seed, &|done, _| {
+        pb.set_position(done);
+        !CANCEL.load(Ordering::SeqCst)
+    })?;
+    pb.finish_and_clear();
+    if !a.quiet {
+        println!("{}: {} drafter, {} parameters, seed {}", a.out.display(), g.name, g.parameters(), a.seed);
+    }
+    Ok(Outcome::Ok)
+}

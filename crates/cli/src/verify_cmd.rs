@@ -1,0 +1,66 @@
+//! `dspark verify`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use dspark_convert::report::Report;
+use dspark_convert::verify::{check_contract, check_report, check_source};
+use dspark_gguf::GgufFile;
+
+use crate::convert_cmd::LoadedSource;
+use crate::mmap::map_input;
+use crate::Outcome;
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The GGUF file.
+    pub file: PathBuf,
+    /// conversion-report.json to hold the file to (size, SHA256, tensors, metadata).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Source checkpoint folder: re-derive every tensor and compare bytes.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Threads for the source check.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+fn say(check: &str, findings: &[String]) -> bool {
+    if findings.is_empty() {
+        println!("ok   {check}");
+        true
+    } else {
+        println!("FAIL {check}");
+        for f in findings {
+            println!("     - {f}");
+        }
+        false
+    }
+}
+
+pub fn run(a: VerifyArgs) -> Result<Outcome> {
+    let bytes = map_input(&a.file)?;
+    let file = GgufFile::parse(&bytes).with_context(|| format!("{}", a.file.display()))?;
+    println!("ok   strict GGUF parse ({} keys, {} tensors, {} bytes)", file.kvs().len(), file.tensor_infos().len(), file.file_size());
+    let mut all_ok = say("dflash-draft contract", &check_contract(&file).1);
+    let report = match &a.report {
+        Some(p) => {
+            let text = std::fs::read(p).with_context(|| format!("{}: cannot read", p.display()))?;
+            let r: Report = serde_json::from_slice(&text).with_context(|| format!("{}: not a dspark conversion report", p.display()))?;
+            all_ok &= say(&format!("matches report {}", p.display()), &check_report(&file, &bytes, &r));
+            Some(r)
+        }
+        None => None,
+    };
+    if let Some(dir) = &a.source {
+        let src = LoadedSource::open(dir)?;
+        let ckpt = src.checkpoint()?;
+        let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let findings = check_source(&file, &bytes, src.config.clone(), &ckpt, &src.slices(), report.as_ref(), threads)?;
+        let what = if report.is_some() { "bit-exact with a fresh conversion of the source (bytes and recorded errors)" } else { "bit-exact with a fresh conversion of the source" };
+        all_ok &= say(what, &findings);
+    }
+    Ok(if all_ok { Outcome::Ok } else { Outcome::Mismatch })
+}

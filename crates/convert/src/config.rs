@@ -1,0 +1,360 @@
+//! `config.json` of a drafter checkpoint, with every value's origin.
+//!
+//! Producers spell the same settings differently (`geometries.md`, "Variants"): SpecForge
+//! nests the DSpark settings in `dflash_config` and RoPE in `rope_parameters`, DeepSpec
+//! keeps them flat, speculators nests the backbone in `transformer_layer_config`, and
+//! DeepSeek prefixes `dspark_`. Each value is looked up in a fixed order of candidate
+//! keys and remembers which one it came from; the report prints that origin. Field names
+//! keep config.json's spelling.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use crate::error::{ConvertError, Result};
+
+/// A config value and the key it was read from (or the rule that derived it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// `config key`, `derived: <rule>` or `default`.
+    pub from: String,
+}
+
+impl<T> Sourced<T> {
+    fn new(value: T, from: impl Into<String>) -> Sourced<T> {
+        Sourced {
+            value,
+            from: from.into(),
+        }
+    }
+}
+
+/// RoPE scaling settings (`rope_parameters` or `rope_scaling`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// `rope_type` / `type`, e.g. `yarn`.
+    pub rope_type: Sourced<String>,
+    /// `factor`.
+    pub factor: Sourced<f64>,
+    /// `original_max_position_embeddings`.
+    pub original_max_position_embeddings: Option<Sourced<u64>>,
+    /// `beta_fast`.
+    pub beta_fast: Option<Sourced<f64>>,
+    /// `beta_slow`.
+    pub beta_slow: Option<Sourced<f64>>,
+    /// `attention_factor` / `attn_factor`.
+    pub attention_factor: Option<Sourced<f64>>,
+}
+
+/// The settings of a DSpark / DFlash drafter that the GGUF records.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct DraftConfig {
+    /// Where the config was read from.
+    pub path: PathBuf,
+    pub architectures: Vec<String>,
+    pub hidden_size: Sourced<u64>,
+    pub num_hidden_layers: Sourced<u64>,
+    pub num_attention_heads: Sourced<u64>,
+    pub num_key_value_heads: Sourced<u64>,
+    pub head_dim: Sourced<u64>,
+    pub intermediate_size: Sourced<u64>,
+    pub vocab_size: Sourced<u64>,
+    pub draft_vocab_size: Sourced<u64>,
+    pub rms_norm_eps: Sourced<f64>,
+    pub max_position_embeddings: Sourced<u64>,
+    pub rope_theta: Sourced<f64>,
+    pub rope_scaling: Option<RopeScaling>,
+    pub block_size: Sourced<u64>,
+    /// The TARGET model's depth (e.g. 93), not the number of captured layers.
+    pub num_target_layers: Option<Sourced<u64>>,
+    /// Captured target layers, 0-based, in fc input order.
+    pub target_layer_ids: Sourced<Vec<u64>>,
+    pub target_hidden_size: Option<Sourced<u64>>,
+    pub mask_token_id: Option<Sourced<u64>>,
+    pub markov_rank: Option<Sourced<u64>>,
+    pub markov_head_type: Option<Sourced<String>>,
+    pub enable_confidence_head: Option<Sourced<bool>>,
+    pub confidence_head_with_markov: Option<Sourced<bool>>,
+    pub sample_from_anchor: Option<Sourced<bool>>,
+    pub attention_bias: bool,
+}
+
+/// Upper bound for any size in a config (2^31): larger values are refused as absurd
+/// before they reach arithmetic.
+const MAX_SIZE: u64 = 1 << 31;
+
+struct Lookup<'a> {
+    root: &'a Json,
+    path: &'a Path,
+}
+
+impl<'a> Lookup<'a> {
+    fn err(&self, key: &str, msg: impl Into<String>) -> ConvertError {
+        ConvertError::Config {
+            path: self.path.to_path_buf(),
+            key: key.to_string(),
+            msg: msg.into(),
+        }
+    }
+
+    /// The first present, non-null candidate (dotted paths walk nested objects).
+    fn find(&self, candidates: &[&str]) -> Option<(&'a Json, String)> {
+        candidates.iter().find_map(|&key| {
+            let mut v = self.root;
+            for part in key.split('.') {
+                v = v.get(part)?;
+            }
+            (!v.is_null()).then(|| (v, key.to_string()))
+        })
+    }
+
+    fn uint(&self, candidates: &[&str]) -> Result<Option<Sourced<u64>>> {
+        let Some((v, key)) = self.find(candidates) else {
+            return Ok(None);
+        };
+        let n = v
+            .as_u64()
+            .ok_or_else(|| self.err(&key, format!("expected a non-negative integer, found {v}")))?;
+        if n > MAX_SIZE {
+            return Err(self.err(&key, format!("{n} is larger than {MAX_SIZE}")));
+        }
+        Ok(Some(Sourced::new(n, key)))
+    }
+
+    fn req_uint(&self, candidates: &[&str]) -> Result<Sourced<u64>> {
+        let v = self
+            .uint(candidates)?
+            .ok_or_else(|| self.err(candidates[0], "missing (also looked for: ".to_string() + &candidates[1..].join(", ") + ")"))?;
+        if v.value == 0 {
+            return Err(self.err(&v.from, "must be at least 1"));
+        }
+        Ok(v)
+    }
+
+    fn float(&self, candidates: &[&str]) -> Result<Option<Sourced<f64>>> {
+        let Some((v, key)) = self.find(candidates) else {
+            return Ok(None);
+        };
+        let x = v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| self.err(&key, format!("expected a finite number, found {v}")))?;
+        Ok(Some(Sourced::new(x, key)))
+    }
+
+    fn string(&self, candidates: &[&str]) -> Result<Option<Sourced<String>>> {
+        let Some((v, key)) = self.find(candidates) else {
+            return Ok(None);
+        };
+        let s = v
+            .as_str()
+            .ok_or_else(|| self.err(&key, format!("expected a string, found {v}")))?;
+        Ok(Some(Sourced::new(s.to_string(), key)))
+    }
+
+    fn boolean(&self, candidates: &[&str]) -> Result<Option<Sourced<bool>>> {
+        let Some((v, key)) = self.find(candidates) else {
+            return Ok(None);
+        };
+        let b = v
+            .as_bool()
+            .ok_or_else(|| self.err(&key, format!("expected true or false, found {v}")))?;
+        Ok(Some(Sourced::new(b, key)))
+    }
+}
+
+/// Backbone keys may sit at the top level or (speculators) in `transformer_layer_config`.
+macro_rules! backbone {
+    ($k:literal) => {
+        &[$k, concat!("transformer_layer_config.", $k)]
+    };
+}
+
+impl DraftConfig {
+    /// Reads and resolves `path`.
+    pub fn read(path: &Path) -> Result<DraftConfig> {
+        let text = std::fs::read(path).map_err(|e| ConvertError::io(path, e))?;
+        let root: Json = serde_json::from_slice(&text).map_err(|e| ConvertError::Config {
+            path: path.to_path_buf(),
+            key: "(file)".into(),
+            msg: format!("not valid JSON: {e}"),
+        })?;
+        DraftConfig::from_json(&root, path)
+    }
+
+    /// Resolves an already parsed config; `path` is used in messages.
+    pub fn from_json(root: &Json, path: &Path) -> Result<DraftConfig> {
+        let l = Lookup { root, path };
+        if !root.is_object() {
+            return Err(l.err("(file)", "expected a JSON object"));
+        }
+        let architectures = match l.find(&["architectures"]) {
+            Some((Json::Array(a), _)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            _ => Vec::new(),
+        };
+        let hidden_size = l.req_uint(backbone!("hidden_size"))?;
+        let num_attention_heads = l.req_uint(backbone!("num_attention_heads"))?;
+        let num_key_value_heads = match l.uint(backbone!("num_key_value_heads"))? {
+            Some(v) => v,
+            None => Sourced::new(num_attention_heads.value, "derived: num_attention_heads (no GQA)"),
+        };
+        let head_dim = match l.uint(backbone!("head_dim"))? {
+            Some(v) => v,
+            None => {
+                if hidden_size.value % num_attention_heads.value != 0 {
+                    return Err(l.err("head_dim", "missing, and hidden_size is not a multiple of num_attention_heads"));
+                }
+                Sourced::new(hidden_size.value / num_attention_heads.value, "derived: hidden_size / num_attention_heads")
+            }
+        };
+        let vocab_size = l.req_uint(backbone!("vocab_size"))?;
+        let draft_vocab_size = match l.uint(&["draft_vocab_size"])? {
+            Some(v) => v,
+            None => Sourced::new(vocab_size.value, "derived: vocab_size (no draft_vocab_size)"),
+        };
+        let rms_norm_eps = l
+            .float(backbone!("rms_norm_eps"))?
+            .ok_or_else(|| l.err("rms_norm_eps", "missing"))?;
+
+        // RoPE: rope_parameters (transformers v5) or rope_theta + rope_scaling (v4).
+        let rope_theta = l
+            .float(&[
+                "rope_parameters.rope_theta",
+                "rope_theta",
+                "transformer_layer_config.rope_theta",
+                "transformer_layer_config.rope_parameters.rope_theta",
+            ])?
+            .ok_or_else(|| l.err("rope_theta", "missing (also looked in rope_parameters)"))?;
+        let rope_scaling = Self::rope_scaling(&l)?;
+
+        let target_layer_ids = Self::target_layer_ids(&l)?;
+        let block_size = l.req_uint(&["dflash_config.block_size", "block_size", "dspark_block_size", "draft_block_size"])?;
+        let target_hidden_size = l.uint(&["target_hidden_size"])?;
+        if let Some(t) = &target_hidden_size {
+            if t.value != hidden_size.value {
+                return Err(l.err(
+                    &t.from,
+                    format!(
+                        "{} differs from hidden_size {}: an fc over target features of another width is not representable in dflash-draft",
+                        t.value, hidden_size.value
+                    ),
+                ));
+            }
+        }
+        let markov_head_type = l.string(&["dflash_config.markov_head_type", "markov_head_type", "dspark_markov_head_type"])?;
+        if let Some(t) = &markov_head_type {
+            if t.value != "vanilla" {
+                return Err(l.err(
+                    &t.from,
+                    format!("markov head type `{}` is not supported (only `vanilla` fits the dflash-draft contract)", t.value),
+                ));
+            }
+        }
+        Ok(DraftConfig {
+            path: path.to_path_buf(),
+            architectures,
+            num_hidden_layers: l.req_uint(backbone!("num_hidden_layers"))?,
+            intermediate_size: l.req_uint(backbone!("intermediate_size"))?,
+            max_position_embeddings: l
+                .req_uint(backbone!("max_position_embeddings"))?,
+            num_target_layers: l.uint(&["num_target_layers", "dflash_config.num_target_layers"])?,
+            mask_token_id: l.uint(&["dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id"])?,
+            markov_rank: l.uint(&["dflash_config.markov_rank", "markov_rank", "dspark_markov_rank"])?,
+            enable_confidence_head: l.boolean(&["dflash_config.enable_confidence_head", "enable_confidence_head"])?,
+            confidence_head_with_markov: l
+                .boolean(&["dflash_config.confidence_head_with_markov", "confidence_head_with_markov"])?,
+            sample_from_anchor: l.boolean(&["dflash_config.sample_from_anchor", "sample_from_anchor"])?,
+            attention_bias: l.boolean(backbone!("attention_bias"))?.is_some_and(|b| b.value),
+            hidden_size,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            vocab_size,
+            draft_vocab_size,
+            rms_norm_eps,
+            rope_theta,
+            rope_scaling,
+            block_size,
+            target_layer_ids,
+            target_hidden_size,
+            markov_head_type,
+        })
+    }
+
+    fn rope_scaling(l: &Lookup<'_>) -> Result<Option<RopeScaling>> {
+        for section in ["rope_parameters", "rope_scaling", "transformer_layer_config.rope_scaling"] {
+            let Some((obj, _)) = l.find(&[section]) else { continue };
+            if !obj.is_object() {
+                return Err(l.err(section, format!("expected an object, found {obj}")));
+            }
+            let key = |k: &str| format!("{section}.{k}");
+            let (k_type, k_type_legacy) = (key("rope_type"), key("type"));
+            let Some(rope_type) = l.string(&[&k_type, &k_type_legacy])? else {
+                continue;
+            };
+            if rope_type.value == "default" || rope_type.value == "none" {
+                return Ok(None);
+            }
+            let k_factor = key("factor");
+            let factor = l
+                .float(&[&k_factor])?
+                .ok_or_else(|| l.err(&k_factor, format!("missing for rope type `{}`", rope_type.value)))?;
+            let (k_orig, k_bf, k_bs, k_af, k_af2) = (
+                key("original_max_position_embeddings"),
+                key("beta_fast"),
+                key("beta_slow"),
+                key("attention_factor"),
+                key("attn_factor"),
+            );
+            return Ok(Some(RopeScaling {
+                rope_type,
+                factor,
+                original_max_position_embeddings: l.uint(&[&k_orig])?,
+                beta_fast: l.float(&[&k_bf])?,
+                beta_slow: l.float(&[&k_bs])?,
+                attention_factor: l.float(&[&k_af, &k_af2])?,
+            }));
+        }
+        Ok(None)
+    }
+
+    fn target_layer_ids(l: &Lookup<'_>) -> Result<Sourced<Vec<u64>>> {
+        let candidates = [
+            "dflash_config.target_layer_ids",
+            "target_layer_ids",
+            "dspark_target_layer_ids",
+            "aux_hidden_state_layer_ids",
+            "eagle_aux_hidden_state_layer_ids",
+        ];
+        let (v, key) = l.find(&candidates).ok_or_else(|| {
+            l.err(
+                candidates[0],
+                format!("missing (also looked for: {}); the captured target layers cannot be guessed", candidates[1..].join(", ")),
+            )
+        })?;
+        let arr = v
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| l.err(&key, format!("expected a non-empty array of layer ids, found {v}")))?;
+        let one_based = key == "eagle_aux_hidden_state_layer_ids";
+        let mut ids = Vec::with_capacity(arr.len());
+        for x in arr {
+            let n = x
+                .as_u64()
+                .filter(|&n| n <= i32::MAX as u64 && !(one_based && n == 0))
+                .ok_or_else(|| l.err(&key, format!("layer id {x} is not a valid {} index", if one_based { "1-based" } else { "0-based" })))?;
+            ids.push(if one_based { n - 1 } else { n });
+        }
+        let from = if one_based { format!("{key} (1-based, minus one)") } else { key };
+        Ok(Sourced::new(ids, from))
+    }
+
+    /// True when the config says the Markov head exists (a rank is given).
+    pub fn has_markov(&self) -> bool {
+        self.markov_rank.as_ref().is_some_and(|r| r.value > 0)
+    }
+}
+

@@ -1,0 +1,719 @@
+//! The conversion plan: every check, every output tensor and every metadata key, decided
+//! before a byte is written.
+//!
+//! [`Plan::new`] cross-checks the checkpoint against its config (every expected tensor
+//! present once, shapes consistent with heads × head_dim, FFN, fc input = captured layers
+//! × hidden, Markov and confidence shapes), applies the type policy
+//! (`output-contract.md` §2) and lays out the GGUF. The only thing it cannot know yet is
+//! the source files' SHA256, which the metadata records; hashes are fixed-length hex, so
+//! the header's size, and every offset, is known now ([`Plan::header`]).
+
+use std::collections::BTreeSet;
+
+use dspark_gguf::{Array, GgmlType, Header, Layout, TensorInfo, Value};
+use dspark_quant::SourceDtype;
+
+use crate::config::{DraftConfig, Sourced};
+use crate::error::{ConvertError, Result};
+use crate::names::{map_source, unrepresentable, Role};
+use crate::source::Checkpoint;
+
+/// The architecture string written to `general.architecture`.
+pub const ARCH: &str = "dflash-draft";
+
+/// Output type family (`--outtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutType {
+    /// Matrices Q8_0 (the default).
+    Q8_0,
+    /// Matrices F16.
+    F16,
+    /// Matrices BF16.
+    BF16,
+    /// Everything F32.
+    F32,
+}
+
+impl OutType {
+    /// Parses `q8_0`, `f16`, `bf16`, `f32` (case-insensitive).
+    pub fn parse(s: &str) -> Option<OutType> {
+        match s.to_ascii_lowercase().as_str() {
+            "q8_0" => Some(OutType::Q8_0),
+            "f16" => Some(OutType::F16),
+            "bf16" => Some(OutType::BF16),
+            "f32" => Some(OutType::F32),
+            _ => None,
+        }
+    }
+
+    /// The type matrices get.
+    pub fn matrix_type(self) -> GgmlType {
+        match self {
+            OutType::Q8_0 => GgmlType::Q8_0,
+            OutType::F16 => GgmlType::F16,
+            OutType::BF16 => GgmlType::BF16,
+            OutType::F32 => GgmlType::F32,
+        }
+    }
+
+    /// `general.file_type` (llama's `LlamaFileType` numbering).
+    pub fn file_type(self) -> u32 {
+        match self {
+            OutType::Q8_0 => 7,
+            OutType::F16 => 1,
+            OutType::BF16 => 32,
+            OutType::F32 => 0,
+        }
+    }
+
+    /// The file type's name, as the report spells it.
+    pub fn file_type_name(self) -> &'static str {
+        match self {
+            OutType::Q8_0 => "MOSTLY_Q8_0",
+            OutType::F16 => "MOSTLY_F16",
+            OutType::BF16 => "MOSTLY_BF16",
+            OutType::F32 => "ALL_F32",
+        }
+    }
+
+    /// The suffix of default file names and the tag (`Q8_0`, `F16`, ...).
+    pub fn label(self) -> &'static str {
+        self.matrix_type().name()
+    }
+
+    /// One line describing the policy (`provenance.policy`).
+    pub fn policy(self) -> String {
+        let m = self.label();
+        let fallback = if self == OutType::Q8_0 { " (F16 when a row is not a multiple of 32)" } else { "" };
+        format!("{m} for fc, attention q/k/v/output, FFN gate/up/down, Markov w1/w2 and any embedding/lm_head{fallback}; F32 for every norm and the confidence head")
+    }
+}
+
+/// Options that shape the output (everything else comes from the source bytes).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Output type family.
+    pub outtype: OutType,
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--source-repo ORG/NAME`.
+    pub source_repo: Option<String>,
+    /// `--source-revision`.
+    pub source_revision: Option<String>,
+    /// `--allow-extra`: skip unknown tensors instead of refusing them.
+    pub allow_extra: bool,
+    /// `--allow-nonfinite`: convert NaN / Inf instead of refusing them.
+    pub allow_nonfinite: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            outtype: OutType::Q8_0,
+            name: None,
+            source_repo: None,
+            source_revision: None,
+            allow_extra: false,
+            allow_nonfinite: false,
+        }
+    }
+}
+
+/// One output tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedTensor {
+    /// GGUF name.
+    pub name: String,
+    /// Source name.
+    pub source_name: String,
+    /// Index into the checkpoint's tensors.
+    pub source_index: usize,
+    /// Source element type.
+    pub source_dtype: SourceDtype,
+    /// PyTorch shape.
+    pub source_shape: Vec<u64>,
+    /// Role.
+    pub role: Role,
+    /// Output type.
+    pub ty: GgmlType,
+    /// Dims in ggml order.
+    pub dims: Vec<u64>,
+    /// Why the policy's type was not used, if it was not.
+    pub fallback: Option<String>,
+}
+
+impl PlannedTensor {
+    /// Elements.
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// A metadata entry and where its value came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetaEntry {
+    /// Key.
+    pub key: String,
+    /// Value.
+    pub value: Value,
+    /// Config key, `derived: <rule>`, `option: --x` or `default`.
+    pub from: String,
+}
+
+/// The resolved geometry of the drafter.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Geometry {
+    pub hidden: u64,
+    pub n_layers: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub head_dim: u64,
+    pub n_ff: u64,
+    pub vocab: u64,
+    pub n_cap: u64,
+    /// Markov rank, when the Markov head is present.
+    pub markov_rank: Option<u64>,
+    /// Markov vocabulary (rows of w1 = rows of w2).
+    pub markov_vocab: Option<u64>,
+    /// Confidence input width, when the confidence head is present.
+    pub confidence_dim: Option<u64>,
+}
+
+/// Everything the writer needs, decided up front.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Options used.
+    pub options: Options,
+    /// The resolved config.
+    pub config: DraftConfig,
+    /// The geometry.
+    pub geometry: Geometry,
+    /// Output tensors in canonical order.
+    pub tensors: Vec<PlannedTensor>,
+    /// Source tensors left out (only with `--allow-extra`).
+    pub skipped: Vec<String>,
+    /// `general.name`.
+    pub name: String,
+    /// `provenance.source.repository`.
+    pub repository: String,
+    /// Total parameters converted.
+    pub parameters: u64,
+    /// Source weight file names.
+    pub source_files: Vec<String>,
+    /// Metadata without the source hashes (filled by [`Plan::metadata`]).
+    meta: Vec<MetaEntry>,
+}
+
+/// Placeholder the size computation uses for each source hash: the real ones have the
+/// same length (64 hex digits), so the layout does not change when they arrive.
+const HASH_PLACEHOLDER: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+fn shape_str(s: &[u64]) -> String {
+    format!("{s:?}")
+}
+
+impl Plan {
+    /// Checks `ckpt` against `config` and decides every byte of the output but the hashes.
+    pub fn new(config: DraftConfig, ckpt: &Checkpoint<'_>, options: Options) -> Result<Plan> {
+        let c = &config;
+        let cfg_err = |key: &str, msg: String| ConvertError::Config { path: c.path.clone(), key: key.to_string(), msg };
+
+        // 1. Map every source tensor; refuse unknown ones (unless --allow-extra).
+        let mut mapped = Vec::new();
+        let mut skipped = Vec::new();
+        for (i, t) in ckpt.tensors.iter().enumerate() {
+            if let Some(why) = unrepresentable(&t.name) {
+                return Err(ConvertError::tensor(&t.name, why));
+            }
+            match map_source(&t.name) {
+                Some(m) => mapped.push((i, m)),
+                None if options.allow_extra => skipped.push(t.name.clone()),
+                None => {
+                    return Err(ConvertError::tensor(
+                        &t.name,
+                        "not a DSpark/DFlash drafter tensor this converter knows (use --allow-extra to skip it)",
+                    ))
+                }
+            }
+        }
+        mapped.sort_by_key(|(_, m)| m.order);
+        for w in mapped.windows(2) {
+            if w[0].1.gguf == w[1].1.gguf {
+                let (a, b) = (&ckpt.tensors[w[0].0].name, &ckpt.tensors[w[1].0].name);
+                return Err(ConvertError::tensor(&w[0].1.gguf, format!("given twice, as `{a}` and `{b}`")));
+            }
+        }
+        let present: BTreeSet<&str> = mapped.iter().map(|(_, m)| m.gguf.as_str()).collect();
+        let source_of = |gguf: &str| {
+            mapped.iter().find(|(_, m)| m.gguf == gguf).map(|(i, _)| &ckpt.tensors[*i])
+        };
+
+        // 2. Geometry from the config, cross-checked against the tensors.
+        let h = c.hidden_size.value;
+        let n_layers = c.num_hidden_layers.value;
+        let (n_head, n_head_kv, hd) = (c.num_attention_heads.value, c.num_key_value_heads.value, c.head_dim.value);
+        if n_head_kv > n_head || n_head % n_head_kv != 0 {
+            return Err(cfg_err(
+                &c.num_key_value_heads.from,
+                format!("{n_head_kv} KV heads must divide {n_head} query heads"),
+            ));
+        }
+        let n_ff = c.intermediate_size.value;
+        let n_cap = c.target_layer_ids.value.len() as u64;
+        if let Some(depth) = &c.num_target_layers {
+            if let Some(bad) = c.target_layer_ids.value.iter().find(|&&id| id >= depth.value) {
+                return Err(cfg_err(
+                    &c.target_layer_ids.from,
+                    format!("captured layer {bad} is outside the target's {} layers ({})", depth.value, depth.from),
+                ));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(dup) = c.target_layer_ids.value.iter().find(|id| !seen.insert(**id)) {
+            return Err(cfg_err(&c.target_layer_ids.from, format!("layer {dup} is captured twice")));
+        }
+
+        let mut expect: Vec<(String, Vec<u64>)> = vec![
+            ("dflash.fc.weight".into(), vec![h, n_cap * h]),
+            ("dflash.hidden_norm.weight".into(), vec![h]),
+        ];
+        for i in 0..n_layers {
+            let b = |s: &str| format!("blk.{i}.{s}");
+            expect.extend([
+                (b("attn_norm.weight"), vec![h]),
+                (b("attn_q.weight"), vec![n_head * hd, h]),
+                (b("attn_k.weight"), vec![n_head_kv * hd, h]),
+                (b("attn_v.weight"), vec![n_head_kv * hd, h]),
+                (b("attn_q_norm.weight"), vec![hd]),
+                (b("attn_k_norm.weight"), vec![hd]),
+                (b("attn_output.weight"), vec![h, n_head * hd]),
+                (b("ffn_norm.weight"), vec![h]),
+                (b("ffn_gate.weight"), vec![n_ff, h]),
+                (b("ffn_up.weight"), vec![n_ff, h]),
+                (b("ffn_down.weight"), vec![h, n_ff]),
+            ]);
+        }
+        expect.push(("output_norm.weight".into(), vec![h]));
+
+        // Markov head: present when the config gives a rank or the tensors exist.
+        let has_w1 = present.contains("dflash.dspark.markov.w1");
+        let has_w2 = present.contains("dflash.dspark.markov.w2");
+        let mut markov_rank = None;
+        let mut markov_vocab = None;
+        if c.has_markov() || has_w1 || has_w2 {
+            let (w1, w2) = match (source_of("dflash.dspark.markov.w1"), source_of("dflash.dspark.markov.w2")) {
+                (Some(a), Some(b)) => (a, b),
+                (None, _) => return Err(ConvertError::tensor("markov_head.markov_w1.weight", "missing: the Markov head needs both w1 and w2")),
+                (_, None) => return Err(ConvertError::tensor("markov_head.markov_w2.weight", "missing: the Markov head needs both w1 and w2")),
+            };
+            if w1.shape.len() != 2 || w2.shape.len() != 2 {
+                return Err(ConvertError::tensor(
+                    &w1.name,
+                    format!("Markov matrices must be 2-D [vocab, rank], found {} and {}", shape_str(&w1.shape), shape_str(&w2.shape)),
+                ));
+            }
+            let r = match &c.markov_rank {
+                Some(r) if r.value > 0 => r.value,
+                _ => w1.shape[1],
+            };
+            if w1.shape[0] != w2.shape[0] {
+                return Err(ConvertError::tensor(
+                    &w2.name,
+                    format!(
+                        "Markov input vocabulary {} (w1 rows) differs from the draft vocabulary {} (w2 rows): dflash-draft stores both as [R, V] with one V",
+                        w1.shape[0], w2.shape[0]
+                    ),
+                ));
+            }
+            if c.draft_vocab_size.value != c.vocab_size.value {
+                return Err(cfg_err(
+                    &c.draft_vocab_size.from,
+                    format!("draft vocabulary {} differs from vocab_size {}: not representable in dflash-draft", c.draft_vocab_size.value, c.vocab_size.value),
+                ));
+            }
+            let v = c.vocab_size.value;
+            expect.push(("dflash.dspark.markov.w1".into(), vec![v, r]));
+            expect.push(("dflash.dspark.markov.w2".into(), vec![v, r]));
+            markov_rank = Some(r);
+            markov_vocab = Some(v);
+        }
+
+        // Confidence head: both tensors or neither; width H, or H + R with the Markov input.
+        let mut confidence_dim = None;
+        let conf_cfg = c.enable_confidence_head.as_ref().is_some_and(|e| e.value);
+        let has_cw = present.contains("dflash.dspark.confidence.weight");
+        let has_cb = present.contains("dflash.dspark.confidence.bias");
+        if conf_cfg || has_cw || has_cb {
+            if !has_cw {
+                return Err(ConvertError::tensor("confidence_head.proj.weight", "missing: the confidence head needs a weight and a bias"));
+            }
+            if !has_cb {
+                return Err(ConvertError::tensor("confidence_head.proj.bias", "missing: the confidence head needs a weight and a bias"));
+            }
+            let with_markov = match &c.confidence_head_with_markov {
+                Some(w) => w.value,
+                None => markov_rank.is_some(),
+            };
+            let width = match (with_markov, markov_rank) {
+                (true, Some(r)) => h + r,
+                (true, None) => {
+                    return Err(cfg_err(
+                        "dflash_config.confidence_head_with_markov",
+                        "is true, but there is no Markov head".into(),
+                    ))
+                }
+                (false, _) => h,
+            };
+            expect.push(("dflash.dspark.confidence.weight".into(), vec![1, width]));
+            expect.push(("dflash.dspark.confidence.bias".into(), vec![1]));
+            confidence_dim = Some(width);
+        }
+        if present.contains("token_embd.weight") {
+            expect.push(("token_embd.weight".into(), vec![c.vocab_size.value, h]));
+        }
+        if present.contains("output.weight") {
+            expect.push(("output.weight".into(), vec![c.draft_vocab_size.value, h]));
+        }
+
+        // 3. Every expected tensor present with its shape; nothing else mapped.
+        let expected_names: BTreeSet<&str> = expect.iter().map(|(n, _)| n.as_str()).collect();
+        for (i, m) in &mapped {
+            if !expected_names.contains(m.gguf.as_str()) {
+                let t = &ckpt.tensors[*i];
+                let why = match m.layer {
+                    Some(l) if l >= n_layers => format!("layer {l} does not exist: {} says {n_layers} layers", c.num_hidden_layers.from),
+                    _ => "not expected by this config".to_string(),
+                };
+                return Err(ConvertError::tensor(&t.name, why));
+            }
+        }
+        let mut tensors = Vec::with_capacity(expect.len());
+        for (gguf, shape) in &expect {
+            let (idx, m) = mapped
+                .iter()
+                .find(|(_, m)| m.gguf == *gguf)
+                .ok_or_else(|| ConvertError::tensor(gguf_to_source_hint(gguf), format!("missing (GGUF `{gguf}`)")))?;
+            let t = &ckpt.tensors[*idx];
+            if t.shape != *shape {
+                return Err(ConvertError::tensor(
+                    &t.name,
+                    format!("shape {} does not match the config, expected {}", shape_str(&t.shape), shape_str(shape)),
+                ));
+            }
+            let dtype = t.dtype.clone().map_err(|d| {
+                ConvertError::tensor(&t.name, format!("dtype {d} is not supported (expected BF16, F16 or F32)"))
+            })?;
+            let dims: Vec<u64> = shape.iter().rev().copied().collect();
+            let policy = match m.role {
+                Role::Norm | Role::ConfidenceWeight | Role::ConfidenceBias => GgmlType::F32,
+                Role::Projection | Role::Markov | Role::Embedding | Role::LmHead => options.outtype.matrix_type(),
+            };
+            let (ty, fallback) = if dims[0] % policy.block_size() != 0 {
+                (
+                    GgmlType::F16,
+                    Some(format!("row length {} is not a multiple of {}'s block size {}", dims[0], policy, policy.block_size())),
+                )
+            } else {
+                (policy, None)
+            };
+            tensors.push(PlannedTensor {
+                name: gguf.clone(),
+                source_name: t.name.clone(),
+                source_index: *idx,
+                source_dtype: dtype,
+                source_shape: t.shape.clone(),
+                role: m.role,
+                ty,
+                dims,
+                fallback,
+            });
+        }
+
+        let geometry = Geometry {
+            hidden: h,
+            n_layers,
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            n_ff,
+            vocab: c.vocab_size.value,
+            n_cap,
+            markov_rank,
+            markov_vocab,
+            confidence_dim,
+        };
+        let folder = ckpt
+            .layout
+            .dir
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "model".to_string());
+        let repository = options.source_repo.clone().unwrap_or_else(|| folder.clone());
+        let name = options.name.clone().unwrap_or_else(|| {
+            options
+                .source_repo
+                .as_deref()
+                .map(|r| r.rsplit('/').next().unwrap_or(r).to_string())
+                .unwrap_or(folder)
+        });
+        let parameters = tensors.iter().map(|t| t.n_elements()).sum();
+        let mut plan = Plan {
+            meta: Vec::new(),
+            source_files: ckpt.layout.files.clone(),
+            options,
+            config,
+            geometry,
+            tensors,
+            skipped,
+            name,
+            repository,
+            parameters,
+        };
+        plan.meta = plan.build_metadata()?;
+        Ok(plan)
+    }
+
+    fn build_metadata(&self) -> Result<Vec<MetaEntry>> {
+        let c = &self.config;
+        let g = &self.geometry;
+        let o = &self.options;
+        let mut m: Vec<MetaEntry> = Vec::new();
+        let mut put = |key: &str, value: Value, from: &str| {
+            m.push(MetaEntry { key: key.to_string(), value, from: from.to_string() });
+        };
+        let a = |k: &str| format!("{ARCH}.{k}");
+        let u32_of = |s: &Sourced<u64>| -> Result<Value> {
+            u32::try_from(s.value).map(Value::U32).map_err(|_| ConvertError::Config {
+                path: c.path.clone(),
+                key: s.from.clone(),
+                msg: format!("{} does not fit in a UINT32", s.value),
+            })
+        };
+        let small = |n: u64, what: &str| -> Result<Value> {
+            u32::try_from(n).map(Value::U32).map_err(|_| ConvertError::Config {
+                path: c.path.clone(),
+                key: what.to_string(),
+                msg: format!("{n} does not fit in a UINT32"),
+            })
+        };
+
+        put("general.architecture", Value::String(ARCH.into()), "default");
+        put("general.type", Value::String("model".into()), "default");
+        let name_from = if o.name.is_some() {
+            "option: --name"
+        } else if o.source_repo.is_some() {
+            "derived: --source-repo name"
+        } else {
+            "derived: source folder name"
+        };
+        put("general.name", Value::String(self.name.clone()), name_from);
+        put("general.size_label", Value::String(size_label(self.parameters)), "derived: parameter count");
+        put("general.file_type", Value::U32(o.outtype.file_type()), "option: --outtype");
+        put("general.quantization_version", Value::U32(2), "default");
+        if let Some(repo) = &o.source_repo {
+            let url = format!("https://huggingface.co/{repo}");
+            put("general.source.repo_url", Value::String(url.clone()), "option: --source-repo");
+            let (org, base) = repo.split_once('/').unwrap_or(("", repo.as_str()));
+            put("general.base_model.count", Value::U32(1), "option: --source-repo");
+            put("general.base_model.0.name", Value::String(base.to_string()), "option: --source-repo");
+            if !org.is_empty() {
+                put("general.base_model.0.organization", Value::String(org.to_string()), "option: --source-repo");
+            }
+            put("general.base_model.0.repo_url", Value::String(url), "option: --source-repo");
+        }
+        let kind = if g.markov_rank.is_some() { "dspark" } else { "dflash" };
+        put(
+            "general.tags",
+            Value::Array(Array::String(vec![kind.into(), "speculative-decoding".into(), o.outtype.label().to_ascii_lowercase()])),
+            "derived: heads present and --outtype",
+        );
+
+        put(&a("context_length"), u32_of(&c.max_position_embeddings)?, &c.max_position_embeddings.from);
+        put(&a("embedding_length"), u32_of(&c.hidden_size)?, &c.hidden_size.from);
+        put(&a("block_count"), u32_of(&c.num_hidden_layers)?, &c.num_hidden_layers.from);
+        put(&a("feed_forward_length"), u32_of(&c.intermediate_size)?, &c.intermediate_size.from);
+        put(&a("attention.head_count"), u32_of(&c.num_attention_heads)?, &c.num_attention_heads.from);
+        put(&a("attention.head_count_kv"), u32_of(&c.num_key_value_heads)?, &c.num_key_value_heads.from);
+        put(&a("attention.key_length"), u32_of(&c.head_dim)?, &c.head_dim.from);
+        put(&a("attention.value_length"), u32_of(&c.head_dim)?, &c.head_dim.from);
+        put(&a("attention.layer_norm_rms_epsilon"), Value::F32(c.rms_norm_eps.value as f32), &c.rms_norm_eps.from);
+        put(&a("rope.freq_base"), Value::F32(c.rope_theta.value as f32), &c.rope_theta.from);
+        if let Some(rs) = &c.rope_scaling {
+            put(&a("rope.scaling.type"), Value::String(rs.rope_type.value.clone()), &rs.rope_type.from);
+            put(&a("rope.scaling.factor"), Value::F32(rs.factor.value as f32), &rs.factor.from);
+            if let Some(orig) = &rs.original_max_position_embeddings {
+                put(&a("rope.scaling.original_context_length"), u32_of(orig)?, &orig.from);
+            }
+            if let Some(b) = &rs.beta_fast {
+                put(&a("rope.scaling.yarn_beta_fast"), Value::F32(b.value as f32), &b.from);
+            }
+            if let Some(b) = &rs.beta_slow {
+                put(&a("rope.scaling.yarn_beta_slow"), Value::F32(b.value as f32), &b.from);
+            }
+            if let Some(f) = &rs.attention_factor {
+                put(&a("rope.scaling.attn_factor"), Value::F32(f.value as f32), &f.from);
+            }
+        }
+        put(&a("vocab_size"), u32_of(&c.vocab_size)?, &c.vocab_size.from);
+        put(&a("dflash.block_size"), u32_of(&c.block_size)?, &c.block_size.from);
+        put(&a("dflash.n_target_layers"), small(g.n_cap, "target_layer_ids")?, &format!("derived: length of {}", c.target_layer_ids.from));
+        put(
+            &a("dflash.n_target_features"),
+            small(g.n_cap * g.hidden, "fc.weight")?,
+            "derived: captured layers × hidden_size (fc.weight input width)",
+        );
+        put(
+            &a("dflash.target_layer_ids"),
+            Value::Array(Array::I32(c.target_layer_ids.value.iter().map(|&x| x as i32).collect())),
+            &c.target_layer_ids.from,
+        );
+        if let Some(depth) = &c.num_target_layers {
+            put(&a("dflash.target_block_count"), u32_of(depth)?, &depth.from);
+        }
+        let target_hidden_from = c.target_hidden_size.as_ref().map_or("derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(), |t| t.from.clone());
+        put(&a("dflash.target_hidden_size"), u32_of(&c.hidden_size)?, &target_hidden_from);
+        if let Some(mask) = &c.mask_token_id {
+            put(&a("dflash.mask_token_id"), u32_of(mask)?, &mask.from);
+        }
+        let (anchor, anchor_from) = match &c.sample_from_anchor {
+            Some(s) => (s.value, s.from.clone()),
+            None => (g.markov_rank.is_some(), "derived: true with a Markov head (DSpark), false without (DFlash)".to_string()),
+        };
+        put(&a("dflash.sample_from_anchor"), Value::Bool(anchor), &anchor_from);
+        if let (Some(r), Some(v)) = (g.markov_rank, g.markov_vocab) {
+            put(&a("dflash.dspark.enabled"), Value::U32(1), "derived: Markov head tensors present");
+            let rank_from = c.markov_rank.as_ref().map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
+            put(&a("dflash.dspark.markov_rank"), small(r, "markov_rank")?, &rank_from);
+            put(&a("dflash.dspark.vocab_size"), small(v, "vocab_size")?, "derived: markov_w2 rows");
+            if let Some(cd) = g.confidence_dim {
+                put(&a("dflash.dspark.confidence_dim"), small(cd, "confidence_head.proj.weight")?, "derived: confidence_head.proj.weight columns");
+            }
+            let head_type_from = c.markov_head_type.as_ref().map_or("default".to_string(), |s| s.from.clone());
+            put(&a("dflash.dspark.markov_head_type"), Value::String("vanilla".into()), &head_type_from);
+            let with_markov = g.confidence_dim.is_some_and(|cd| cd != g.hidden);
+            let wm_from = c.confidence_head_with_markov.as_ref().map_or("derived: confidence width = hidden + rank".to_string(), |s| s.from.clone());
+            put(&a("dflash.dspark.confidence_with_markov"), Value::Bool(with_markov), &wm_from);
+        } else if let Some(cd) = g.confidence_dim {
+            put(&a("dflash.dspark.confidence_dim"), small(cd, "confidence_head.proj.weight")?, "derived: confidence_head.proj.weight columns");
+        }
+
+        let repo_from = if o.source_repo.is_some() { "option: --source-repo" } else { "derived: source folder name" };
+        put("provenance.source.repository", Value::String(self.repository.clone()), repo_from);
+        let (rev, rev_from) = match &o.source_revision {
+            Some(r) => (r.clone(), "option: --source-revision"),
+            None => ("unknown".to_string(), "default"),
+        };
+        put("provenance.source.revision", Value::String(rev), rev_from);
+        put("provenance.source.files", Value::Array(Array::String(self.source_files.clone())), "derived: source weight files");
+        put(
+            "provenance.source.sha256",
+            Value::Array(Array::String(vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()])),
+            "derived: SHA256 of each source weight file",
+        );
+        put("provenance.source.parameters", Value::U64(self.parameters), "derived: sum of converted tensor elements");
+        put("provenance.converter", Value::String(converter_version()), "default");
+        put("provenance.policy", Value::String(o.outtype.policy()), "option: --outtype");
+        Ok(m)
+    }
+
+    /// The metadata with the source hashes filled in (`source_sha256[i]` for file `i`).
+    pub fn metadata(&self, source_sha256: &[String]) -> Vec<MetaEntry> {
+        let mut m = self.meta.clone();
+        assert_eq!(source_sha256.len(), self.source_files.len());
+        assert!(source_sha256.iter().all(|h| h.len() == HASH_PLACEHOLDER.len()));
+        for e in &mut m {
+            if e.key == "provenance.source.sha256" {
+                e.value = Value::Array(Array::String(source_sha256.to_vec()));
+            }
+        }
+        m
+    }
+
+    /// The GGUF header for the given source hashes.
+    pub fn header(&self, source_sha256: &[String]) -> Header {
+        let mut h = Header::new();
+        for e in self.metadata(source_sha256) {
+            h.push_kv(e.key, e.value).expect("plan keys are unique and well-formed");
+        }
+        for t in &self.tensors {
+            h.push_tensor(TensorInfo { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty })
+                .expect("plan tensors were checked");
+        }
+        h
+    }
+
+    /// Where everything goes; identical for any source hashes.
+    pub fn layout(&self) -> Layout {
+        self.header(&vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()]).layout()
+    }
+
+    /// Tensor count per output type, in type-id order.
+    pub fn type_counts(&self) -> Vec<(GgmlType, usize)> {
+        let mut counts: Vec<(GgmlType, usize)> = Vec::new();
+        for t in &self.tensors {
+            match counts.iter_mut().find(|(ty, _)| *ty == t.ty) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((t.ty, 1)),
+            }
+        }
+        counts.sort_by_key(|(ty, _)| ty.id());
+        counts
+    }
+
+    /// The default output file name: `<name>-<TYPE>.gguf`.
+    pub fn default_file_name(&self) -> String {
+        format!("{}-{}.gguf", self.name, self.options.outtype.label())
+    }
+}
+
+/// The source name a missing GGUF tensor would have had, for messages.
+fn gguf_to_source_hint(gguf: &str) -> String {
+    use crate::names::{HEAD_TENSORS, LAYER_TENSORS, TAIL_TENSORS};
+    for (srcs, g, _) in HEAD_TENSORS.iter().chain(TAIL_TENSORS.iter()) {
+        if *g == gguf {
+            return srcs[0].to_string();
+        }
+    }
+    if let Some(rest) = gguf.strip_prefix("blk.") {
+        if let Some((i, suffix)) = rest.split_once('.') {
+            if let Some((src, _, _)) = LAYER_TENSORS.iter().find(|t| t.1 == suffix) {
+                return format!("layers.{i}.{src}");
+            }
+        }
+    }
+    gguf.to_string()
+}
+
+/// `dspark <version>`.
+pub fn converter_version() -> String {
+    format!("dspark {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Parameter-count label as gguf-py writes it (two significant digits at least):
+/// 2,249,289,601 → `2.2B`, 120,000 → `120K`.
+pub fn size_label(n: u64) -> String {
+    let (scaled, suffix) = match n as f64 {
+        x if x >= 1e12 => (x / 1e12, "T"),
+        x if x >= 1e9 => (x / 1e9, "B"),
+        x if x >= 1e6 => (x / 1e6, "M"),
+        x => (x / 1e3, "K"),
+    };
+    let int_digits = format!("{}", scaled.round() as u64).trim_start_matches('0').len();
+    let decimals = 2usize.saturating_sub(int_digits);
+    format!("{scaled:.decimals$}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(2_249_289_601), "2.2B");
+        assert_eq!(size_label(120_000), "120K");
+        assert_eq!(size_label(596_000_000), "596M");
+        assert_eq!(size_label(7_600_000_000), "7.6B");
+    }
+}

@@ -1,0 +1,99 @@
+//! Block formats for dspark: scalar references and SIMD kernels that agree with them.
+//!
+//! # Brief overview
+//! - [`q8_0`]: the Q8_0 block, [`q8_0::quantize_ref`] (ggml's reference quantizer, bit for
+//!   bit) and [`q8_0::dequantize_ref`].
+//! - [`float`]: decoding BF16 / F16 / F32 source bytes and encoding F16 / BF16.
+//! - [`error`]: quantization error sums with a defined summation order.
+//! - [`Kernels`]: the fastest implementation of each op this CPU has, chosen once
+//!   ([`kernels`]); every fast kernel equals its reference (bytes for quantizers, bits
+//!   for the error sums), and the tests hold them to it.
+//!
+//! Set `DSPARK_FORCE_SCALAR=1` to make [`kernels`] pick the scalar references (CI runs
+//! the suite that way too).
+//!
+//! # Example
+//! ```
+//! use dspark_quant::{kernels, q8_0};
+//!
+//! let x: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) / 10.0).collect();
+//! let mut fast = vec![0u8; 68];
+//! let mut reference = vec![0u8; 68];
+//! (kernels().quantize_q8_0)(&x, &mut fast);
+//! q8_0::quantize_ref(&x, &mut reference);
+//! assert_eq!(fast, reference);
+//! ```
+#![deny(missing_docs)]
+
+use std::sync::OnceLock;
+
+pub mod error;
+pub mod float;
+pub mod q8_0;
+
+pub use error::ErrorSums;
+pub use float::SourceDtype;
+
+/// The implementation of each op chosen for this CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernels {
+    /// Which instruction set the kernels use (`"avx2"` or `"scalar"`).
+    pub isa: &'static str,
+    /// Q8_0 quantization, identical in bytes to [`q8_0::quantize_ref`].
+    pub quantize_q8_0: fn(&[f32], &mut [u8]),
+    /// Q8_0 dequantization, identical in values to [`q8_0::dequantize_ref`].
+    pub dequantize_q8_0: fn(&[u8], &mut [f32]),
+    /// Error sums, identical in bits to [`error::error_sums_ref`] on finite input.
+    pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
+}
+
+impl Kernels {
+    /// The scalar references.
+    pub const SCALAR: Kernels = Kernels {
+        isa: "scalar",
+        quantize_q8_0: q8_0::quantize_ref,
+        dequantize_q8_0: q8_0::dequantize_ref,
+        error_sums: error::error_sums_ref,
+    };
+
+    /// The AVX2 kernels, or `None` when this CPU lacks AVX2.
+    pub fn avx2() -> Option<Kernels> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                return Some(Kernels {
+                    isa: "avx2",
+                    quantize_q8_0: |x, out| {
+                        // SAFETY: this table is built only after AVX2 was detected.
+                        unsafe { q8_0::x86_64::quantize_avx2(x, out) }
+                    },
+                    dequantize_q8_0: |q, y| {
+                        // SAFETY: this table is built only after AVX2 was detected.
+                        unsafe { q8_0::x86_64::dequantize_avx2(q, y) }
+                    },
+                    error_sums: |x, y| {
+                        // SAFETY: this table is built only after AVX2 was detected.
+                        unsafe { error::x86_64::error_sums_avx2(x, y) }
+                    },
+                });
+            }
+        }
+        None
+    }
+}
+
+/// The kernels for this CPU, chosen on first use: AVX2 when available, unless
+/// `DSPARK_FORCE_SCALAR` is set to anything but `0`.
+pub fn kernels() -> &'static Kernels {
+    static CHOSEN: OnceLock<Kernels> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let forced = std::env::var_os("DSPARK_FORCE_SCALAR").is_some_and(|v| v != "0");
+        if forced {
+            return Kernels::SCALAR;
+        }
+        Kernels::avx2().unwrap_or(Kernels::SCALAR)
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! Q8_0: blocks of 32 values stored as an f16 scale and 32 signed bytes (34 bytes).
+//!
+//! [`quantize_ref`] restates ggml's `quantize_row_q8_0_ref` (`ggml/src/ggml-quants.c`),
+//! which gguf-py's `quants.py` reproduces byte for byte (`gguf-and-contract.md` §3):
+//! `amax` by C-style max, `d = amax / 127` and `id = 1 / d` in f32, `q = roundf(x · id)`
+//! (ties away from zero) from the **unrounded** f32 `d`, scale stored as IEEE
+//! round-to-nearest-even f16. A product that is not finite (only when `1/d` overflows, or
+//! for non-finite inputs) gives `q = 0`, as C on x86 does; Rust's saturating `as i8` would
+//! give 127 instead. The SIMD kernel in `q8_0/x86_64.rs` must produce the same bytes.
+
+use half::f16;
+
+/// Values per block (`QK8_0` in `ggml-common.h`).
+pub const QK8_0: usize = 32;
+/// Bytes per block: a 2-byte f16 scale then 32 int8 quants.
+pub const BLOCK_BYTES: usize = 34;
+
+/// One Q8_0 block as laid out on disk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockQ8_0 {
+    /// Scale, IEEE binary16 bits (little-endian on disk).
+    pub d: [u8; 2],
+    /// Quants.
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == BLOCK_BYTES);
+
+/// Quantizes one block with the reference recipe.
+#[inline]
+pub fn quantize_block_ref(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!((x.len(), out.len()), (QK8_0, BLOCK_BYTES));
+    let mut amax = 0.0f32;
+    for &v in x {
+        let a = v.abs();
+        // ggml's MAX(a, b) is `a > b ? a : b`: keep this exact form (NaN behaviour).
+        amax = if amax > a { amax } else { a };
+    }
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+    for (o, &v) in out[2..].iter_mut().zip(x) {
+        let p = v * id;
+        *o = if p.is_finite() { p.round() as i8 as u8 } else { 0 };
+    }
+}
+
+/// Quantizes `x` (length a multiple of 32) into `out` (34 bytes per 32 values).
+///
+/// # Panics
+/// If the lengths do not match.
+pub fn quantize_ref(x: &[f32], out: &mut [u8]) {
+    assert_eq!(x.len() % QK8_0, 0, "Q8_0 input must be whole blocks");
+    assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES, "Q8_0 output size");
+    for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
+        quantize_block_ref(xb, ob);
+    }
+}
+
+/// Dequantizes `q` (34 bytes per block) into `y`: `y = q · f16_to_f32(d)` in f32.
+///
+/// # Panics
+/// If the lengths do not match.
+pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
+    assert_eq!(q.len() % BLOCK_BYTES, 0, "Q8_0 input must be whole blocks");
+    assert_eq!(y.len(), q.len() / BLOCK_BYTES * QK8_0, "Q8_0 output size");
+    for (qb, yb) in q.chunks_exact(BLOCK_BYTES).zip(y.chunks_exact_mut(QK8_0)) {
+        let d = f16::from_bits(u16::from_le_bytes([qb[0], qb[1]])).to_f32();
+        for (o, &b) in yb.iter_mut().zip(&qb[2..]) {
+            *o = f32::from(b as i8) * d;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(x: &[f32]) -> Vec<u8> {
+        let mut out = vec![0u8; x.len() / QK8_0 * BLOCK_BYTES];
+        quantize_ref(x, &mut out);
+        out
+    }
+
+    #[test]
+    fn ties_round_away_from_zero() {
+        // amax 127 → d = 1, id = 1: products are the inputs themselves.
+        let mut x = [0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = 0.5;
+        x[2] = -0.5;
+        x[3] = 2.5;
+        x[4] = -126.5;
+        let b = q(&x);
+        assert_eq!(&b[..2], &f16::from_f32(1.0).to_bits().to_le_bytes());
+        assert_eq!(b[2] as i8, 127);
+        assert_eq!(b[3] as i8, 1);
+        assert_eq!(b[4] as i8, -1);
+        assert_eq!(b[5] as i8, 3);
+        assert_eq!(b[6] as i8, -127);
+    }
+
+    #[test]
+    fn zeros_and_overflowing_inverse_give_zero_quants() {
+        assert!(q(&[0.0; 32]).iter().all(|&b| b == 0));
+        assert!(q(&[-0.0; 32]).iter().all(|&b| b == 0));
+        // amax 1e-40: d is f32-subnormal, 1/d overflows to inf: C on x86 stores q = 0.
+        let mut x = [0.0f32; 32];
+        x[7] = 1e-40;
+        x[9] = -1e-40;
+        assert!(q(&x).iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn huge_amax_saturates_the_scale_to_infinity() {
+        let mut x = [1.0f32; 32];
+        x[31] = 3.0e38;
+        let b = q(&x);
+        assert_eq!(u16::from_le_bytes([b[0], b[1]]), 0x7C00);
+        assert_eq!(b[33] as i8, 127);
+    }
+
+    #[test]
+    fn dequantize_inverts_within_half_a_step() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 - 31.3) * 0.01).collect();
+        let mut y = vec![0.0; 64];
+        dequantize_ref(&q(&x), &mut y);
+        for (blk_x, blk_y) in x.chunks(32).zip(y.chunks(32)) {
+            let amax = blk_x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            for (a, b) in blk_x.iter().zip(blk_y) {
+                assert!((a - b).abs() <= amax / 127.0 * 0.6);
+            }
+        }
+    }
+}

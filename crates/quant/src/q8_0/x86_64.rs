@@ -1,0 +1,107 @@
+//! AVX2 Q8_0 kernels. Each produces exactly the bytes (quantize) or values (dequantize) of
+//! its scalar reference in `q8_0.rs`; `tests` compare them on random and edge-case input.
+//!
+//! Unlike ggml's AVX quantizer (which multiplies by `127/amax` and rounds ties to even),
+//! this one computes `id = 1/d` from `d = amax/127` exactly as the reference does and
+//! rounds ties away from zero: `t = trunc(p)`, then `t ± 1` when `|p − t| ≥ 0.5`. Both
+//! steps are exact for `|p| < 2^23`, and `|p| ≤ 127.00003` here.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{quantize_block_ref, BLOCK_BYTES, QK8_0};
+
+/// Quantizes whole blocks with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA-free AVX (checked by the caller with
+/// `is_x86_feature_detected!("avx2")`).
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
+    assert_eq!(x.len() % QK8_0, 0);
+    assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES);
+    let sign = _mm256_set1_ps(-0.0);
+    let max_finite = _mm256_set1_ps(f32::MAX);
+    let half = _mm256_set1_ps(0.5);
+    let one = _mm256_set1_ps(1.0);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
+        // SAFETY: xb has exactly 32 f32s, so the four unaligned 8-lane loads are in bounds.
+        let v = unsafe {
+            [
+                _mm256_loadu_ps(xb.as_ptr()),
+                _mm256_loadu_ps(xb.as_ptr().add(8)),
+                _mm256_loadu_ps(xb.as_ptr().add(16)),
+                _mm256_loadu_ps(xb.as_ptr().add(24)),
+            ]
+        };
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        // All lanes finite (NaN compares false)? Otherwise the reference handles the block.
+        let fin = _mm256_and_ps(
+            _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[0], max_finite),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[1], max_finite),
+            ),
+            _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[2], max_finite),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[3], max_finite),
+            ),
+        );
+        if _mm256_movemask_ps(fin) != 0xFF {
+            quantize_block_ref(xb, ob);
+            continue;
+        }
+        // With finite inputs the max is order-independent, so a tree equals C's loop.
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+        let amax = _mm_cvtss_f32(m1);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        if !id.is_finite() {
+            // Every product is ±inf or NaN: the reference stores 0 for each.
+            ob[2..].fill(0);
+            continue;
+        }
+        let idv = _mm256_set1_ps(id);
+        let q = v.map(|v| {
+            let p = _mm256_mul_ps(v, idv);
+            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+            let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
+            let step = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GE_OQ>(frac, half),
+                _mm256_or_ps(one, _mm256_and_ps(p, sign)),
+            );
+            _mm256_cvttps_epi32(_mm256_add_ps(t, step))
+        });
+        let i16s = [_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])];
+        let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
+        // SAFETY: ob[2..] is exactly 32 bytes, the width of one unaligned 256-bit store.
+        unsafe { _mm256_storeu_si256(ob[2..].as_mut_ptr().cast(), i8s) };
+    }
+}
+
+/// Dequantizes whole blocks with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn dequantize_avx2(q: &[u8], y: &mut [f32]) {
+    assert_eq!(q.len() % BLOCK_BYTES, 0);
+    assert_eq!(y.len(), q.len() / BLOCK_BYTES * QK8_0);
+    for (qb, yb) in q.chunks_exact(BLOCK_BYTES).zip(y.chunks_exact_mut(QK8_0)) {
+        let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([qb[0], qb[1]])).to_f32());
+        for k in 0..4 {
+            // SAFETY: qb[2..] has 32 bytes, so bytes 2+8k..2+8k+8 are in bounds for k < 4;
+            // yb has 32 f32s, so the 8-lane store at 8k is in bounds.
+            unsafe {
+                let b = _mm_loadl_epi64(qb.as_ptr().add(2 + 8 * k).cast());
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+                _mm256_storeu_ps(yb.as_mut_ptr().add(8 * k), _mm256_mul_ps(f, d));
+            }
+        }
+    }
+}

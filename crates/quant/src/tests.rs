@@ -1,0 +1,179 @@
+//! Every fast kernel against its scalar reference: bytes for quantizers, bits for sums.
+
+use crate::{error, q8_0, Kernels};
+
+/// Deterministic test input without a dependency: splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Roughly N(0, 1) by summing uniforms.
+    fn normal(&mut self) -> f32 {
+        (0..4).map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32).sum::<f32>() * 1.7 - 3.4
+    }
+
+    /// Any finite f32 bit pattern.
+    fn any_finite(&mut self) -> f32 {
+        loop {
+            let x = f32::from_bits(self.next() as u32);
+            if x.is_finite() {
+                return x;
+            }
+        }
+    }
+}
+
+/// Blocks that stress the rounding and scale rules.
+fn edge_blocks() -> Vec<[f32; 32]> {
+    let mut blocks = Vec::new();
+    blocks.push([0.0; 32]);
+    blocks.push([-0.0; 32]);
+    let mut mixed = [0.0f32; 32];
+    for (i, v) in mixed.iter_mut().enumerate() {
+        *v = if i % 2 == 0 { -0.0 } else { 0.0 };
+    }
+    blocks.push(mixed);
+    // amax 127 makes d = 1: products are the values, so .5 values are exact ties.
+    for scale in [1.0f32, 2.0, 0.5, 1024.0] {
+        let mut b = [0.0f32; 32];
+        b[0] = 127.0 * scale;
+        for (i, v) in b.iter_mut().enumerate().skip(1) {
+            *v = ((i as f32) * 4.0 - 63.5) * scale;
+        }
+        b[1] = 0.5 * scale;
+        b[2] = -0.5 * scale;
+        b[3] = 126.5 * scale;
+        b[4] = -126.5 * scale;
+        blocks.push(b);
+    }
+    // Tiny and huge amax: f32-subnormal d, f16-subnormal d, d rounding to f16 zero, 1/d
+    // overflowing, d overflowing f16.
+    for amax in [
+        1e-45f32, 1e-40, 3e-39, 2.9e-39, 3.7e-37, 1e-30, 1e-10, 3.79e-6, 1e-6, 6.1e-5, 1.0,
+        65504.0, 8.3e6, 1e20, 3.4e38, f32::MAX,
+    ] {
+        let mut b = [0.0f32; 32];
+        for (i, v) in b.iter_mut().enumerate() {
+            *v = amax * ((i as f32) - 15.5) / 16.0;
+        }
+        b[31] = -amax;
+        blocks.push(b);
+        let mut s = [0.0f32; 32];
+        s[17] = amax;
+        blocks.push(s);
+    }
+    blocks
+}
+
+fn check_quantize(k: &Kernels, x: &[f32]) {
+    let mut fast = vec![0u8; x.len() / 32 * 34];
+    let mut reference = vec![0u8; fast.len()];
+    (k.quantize_q8_0)(x, &mut fast);
+    q8_0::quantize_ref(x, &mut reference);
+    for (i, (f, r)) in fast.chunks(34).zip(reference.chunks(34)).enumerate() {
+        assert_eq!(
+            f,
+            r,
+            "{}: block {i} differs for input {:?}",
+            k.isa,
+            &x[i * 32..i * 32 + 32]
+        );
+    }
+    let mut yf = vec![0.0f32; x.len()];
+    let mut yr = vec![0.0f32; x.len()];
+    (k.dequantize_q8_0)(&fast, &mut yf);
+    q8_0::dequantize_ref(&reference, &mut yr);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&yf), bits(&yr), "{}: dequantize differs", k.isa);
+}
+
+fn fast_kernels() -> Vec<Kernels> {
+    let mut v = vec![Kernels::SCALAR];
+    match Kernels::avx2() {
+        Some(k) => v.push(k),
+        None => eprintln!("AVX2 not available on this CPU: only the scalar kernels run"),
+    }
+    v
+}
+
+#[test]
+fn quantize_matches_reference_on_edge_blocks() {
+    let x: Vec<f32> = edge_blocks().into_iter().flatten().collect();
+    for k in fast_kernels() {
+        check_quantize(&k, &x);
+    }
+}
+
+#[test]
+fn quantize_matches_reference_on_random_blocks() {
+    let mut rng = Rng(7);
+    for k in fast_kernels() {
+        let x: Vec<f32> = (0..32 * 4096).map(|_| rng.normal() * 0.02).collect();
+        check_quantize(&k, &x);
+        let x: Vec<f32> = (0..32 * 4096).map(|_| rng.any_finite()).collect();
+        check_quantize(&k, &x);
+        // BF16-valued input, as converted from checkpoints.
+        let x: Vec<f32> = (0..32 * 4096)
+            .map(|_| f32::from_bits(rng.normal().to_bits() & 0xffff_0000))
+            .collect();
+        check_quantize(&k, &x);
+    }
+}
+
+#[test]
+fn quantize_falls_back_on_non_finite_blocks() {
+    let mut x: Vec<f32> = (0..32 * 6).map(|i| (i as f32).sin()).collect();
+    x[3] = f32::NAN;
+    x[40] = f32::INFINITY;
+    x[95] = f32::NEG_INFINITY;
+    x[100] = f32::NAN;
+    x[127] = f32::NAN;
+    for k in fast_kernels() {
+        check_quantize(&k, &x);
+    }
+    // Infinite amax: d = inf → f16 inf, id = 0, q = 0 (x·0) except inf·0 = NaN → 0.
+    let mut r = vec![0u8; x.len() / 32 * 34];
+    q8_0::quantize_ref(&x, &mut r);
+    assert_eq!(u16::from_le_bytes([r[34], r[35]]), 0x7c00);
+    assert!(r[36..68].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn error_sums_match_reference_bit_for_bit_at_every_length() {
+    let mut rng = Rng(11);
+    for k in fast_kernels() {
+        for len in 0..=70 {
+            for offset in 0..3 {
+                let x: Vec<f32> = (0..len + offset).map(|_| rng.normal()).collect();
+                let y: Vec<f32> = x.iter().map(|v| v + rng.normal() * 1e-3).collect();
+                let f = (k.error_sums)(&x[offset..], &y[offset..]);
+                let r = error::error_sums_ref(&x[offset..], &y[offset..]);
+                assert_eq!(f.sq_err.to_bits(), r.sq_err.to_bits(), "{} len {len}", k.isa);
+                assert_eq!(f.sq_ref.to_bits(), r.sq_ref.to_bits(), "{} len {len}", k.isa);
+                assert_eq!(f.max_abs.to_bits(), r.max_abs.to_bits(), "{} len {len}", k.isa);
+            }
+        }
+        let x: Vec<f32> = (0..100_003).map(|_| rng.normal()).collect();
+        let y: Vec<f32> = x.iter().map(|v| v * 1.001).collect();
+        assert_eq!((k.error_sums)(&x, &y), error::error_sums_ref(&x, &y));
+    }
+}
+
+#[test]
+fn relative_rmse_of_q8_0_on_gaussian_weights_is_about_half_a_percent() {
+    let mut rng = Rng(3);
+    let x: Vec<f32> = (0..32 * 10_000).map(|_| rng.normal() * 0.02).collect();
+    let mut q = vec![0u8; x.len() / 32 * 34];
+    q8_0::quantize_ref(&x, &mut q);
+    let mut y = vec![0.0f32; x.len()];
+    q8_0::dequantize_ref(&q, &mut y);
+    let e = error::error_sums_ref(&x, &y).relative_rmse();
+    assert!((0.003..0.008).contains(&e), "relative RMSE {e}");
+}
