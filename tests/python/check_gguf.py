@@ -322,10 +322,8 @@ def load_source(root: Path) -> Source:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise SourceError(f"{index.name}: {e!r}") from None
-        files: list[str] = []
-        for shard in weight_map.values():
-            if shard not in files:
-                files.append(shard)
+        # The contract lists shard files sorted by name (output-contract.md §3 note).
+        files: list[str] = sorted(set(weight_map.values()))
         for shard in files:
             if "/" in shard or "\\" in shard or not (root / shard).is_file():
                 raise SourceError(f"{index.name}: shard {shard!r} not found")
@@ -797,7 +795,7 @@ class Checker:
             if sorted(files) != sorted(src.files):
                 self.fail(f"provenance.source.files {files} != source weight files {src.files}")
             elif files != src.files:
-                self.fail(f"provenance.source.files {files} not in index order {src.files}")
+                self.fail(f"provenance.source.files {files} not sorted by name (the contract's order)")
             if isinstance(shas, list) and len(shas) == len(files):
                 for f, s in zip(files, shas):
                     if f in self.src_hashes and s != self.src_hashes[f]:

@@ -72,7 +72,9 @@ pub struct OutputSection {
 pub struct ErrorSection {
     pub metric: String,
     pub elements: String,
+    #[serde(deserialize_with = "nullable_f64")]
     pub rms: f64,
+    #[serde(deserialize_with = "nullable_f64")]
     pub max: f64,
     pub max_tensor: Option<String>,
 }
@@ -102,11 +104,25 @@ pub struct TensorRecord {
     pub offset: u64,
     pub bytes: u64,
     pub sha256: String,
+    /// Non-finite figures (a Q8_0 scale that overflows f16) are written as `null`.
+    #[serde(deserialize_with = "nullable_f64")]
     pub relative_rmse: f64,
+    #[serde(deserialize_with = "nullable_f64")]
     pub max_abs_error: f64,
     /// Why the policy's type was not used (absent when it was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+}
+
+/// JSON has no NaN or infinity: serde_json writes them as `null`; read `null` back as NaN.
+fn nullable_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// True when a recomputed figure equals a recorded one: same bits, or both non-finite
+/// (the report stores every non-finite figure as `null`).
+pub fn same_figure(a: f64, b: f64) -> bool {
+    a.to_bits() == b.to_bits() || (!a.is_finite() && !b.is_finite())
 }
 
 /// An f32 as the JSON number that prints like the f32 (1e-5, not 9.99999974e-6).

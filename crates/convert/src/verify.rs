@@ -14,7 +14,7 @@ use crate::config::DraftConfig;
 use crate::error::Result;
 use crate::names::LAYER_TENSORS;
 use crate::plan::{OutType, Options, Plan};
-use crate::report::{value_json, Report};
+use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
 use crate::write::{chunks, compute_chunk, hex};
 
@@ -461,7 +461,7 @@ pub fn check_source(
     if let Some(report) = report {
         for ((t, s), r) in plan.tensors.iter().zip(&sums).zip(&report.tensors) {
             let e = s.relative_rmse();
-            if e.to_bits() != r.relative_rmse.to_bits() || f64::from(s.max_abs).to_bits() != r.max_abs_error.to_bits() {
+            if !same_figure(e, r.relative_rmse) || !same_figure(f64::from(s.max_abs), r.max_abs_error) {
                 f.push(format!(
                     "tensor `{}`: recomputed relative RMSE {e} / max error {}, the report says {} / {}",
                     t.name, s.max_abs, r.relative_rmse, r.max_abs_error
