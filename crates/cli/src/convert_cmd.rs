@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use dspark_convert::config::DraftConfig;
-use dspark_convert::plan::{OutType, Options, Plan};
+use dspark_convert::plan::{Options, OutType, Plan};
 use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::synth::{write_synth, SynthGeometry};
@@ -94,8 +94,14 @@ impl LoadedSource {
     pub fn open(dir: &Path) -> Result<LoadedSource> {
         let layout = SourceLayout::discover(dir)?;
         let config = DraftConfig::read(&layout.config_path())?;
-        let maps = (0..layout.files.len()).map(|i| map_input(&layout.path(i))).collect::<Result<Vec<_>>>()?;
-        Ok(LoadedSource { layout, config, maps })
+        let maps = (0..layout.files.len())
+            .map(|i| map_input(&layout.path(i)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LoadedSource {
+            layout,
+            config,
+            maps,
+        })
     }
 
     pub fn slices(&self) -> Vec<&[u8]> {
@@ -113,9 +119,11 @@ fn progress_bar(total: u64, quiet: bool, what: &str) -> ProgressBar {
     }
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("dspark: {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "dspark: {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb
@@ -134,16 +142,36 @@ fn human(n: u64) -> String {
 fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
     let layout = plan.layout();
     let mut so = std::io::stdout().lock();
-    writeln!(so, "{:<34} {:<5} {:<16} {:<5} {:>14}", "tensor", "src", "shape", "type", "bytes")?;
+    writeln!(
+        so,
+        "{:<34} {:<5} {:<16} {:<5} {:>14}",
+        "tensor", "src", "shape", "type", "bytes"
+    )?;
     for (t, (_, bytes)) in plan.tensors.iter().zip(&layout.tensors) {
         let shape = format!("{:?}", t.source_shape);
-        let fallback = t.fallback.as_deref().map(|f| format!("  ({f})")).unwrap_or_default();
-        writeln!(so, "{:<34} {:<5} {:<16} {:<5} {:>14}{fallback}", t.name, t.source_dtype.name(), shape, t.ty.name(), bytes)?;
+        let fallback = t
+            .fallback
+            .as_deref()
+            .map(|f| format!("  ({f})"))
+            .unwrap_or_default();
+        writeln!(
+            so,
+            "{:<34} {:<5} {:<16} {:<5} {:>14}{fallback}",
+            t.name,
+            t.source_dtype.name(),
+            shape,
+            t.ty.name(),
+            bytes
+        )?;
     }
     for s in &plan.skipped {
         writeln!(so, "{s:<34} skipped (--allow-extra)")?;
     }
-    let counts: Vec<String> = plan.type_counts().iter().map(|(ty, n)| format!("{n} {ty}")).collect();
+    let counts: Vec<String> = plan
+        .type_counts()
+        .iter()
+        .map(|(ty, n)| format!("{n} {ty}"))
+        .collect();
     writeln!(
         so,
         "{} tensors ({}), {} parameters; output {} would be exactly {} bytes ({})",
@@ -164,7 +192,12 @@ fn temp_in(dir: &Path, final_name: &str) -> Result<tempfile::NamedTempFile> {
         .suffix(".dspark-partial")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .tempfile_in(dir)
-        .with_context(|| format!("{}: cannot create a temporary file (is the folder writable?)", dir.display()))
+        .with_context(|| {
+            format!(
+                "{}: cannot create a temporary file (is the folder writable?)",
+                dir.display()
+            )
+        })
 }
 
 fn sync_dir(dir: &Path) {
@@ -186,7 +219,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         allow_nonfinite: a.allow_nonfinite,
     };
     let plan = Plan::new(src.config.clone(), &ckpt, options)?;
-    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(plan.default_file_name()));
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(plan.default_file_name()));
     let out_name = out
         .file_name()
         .with_context(|| format!("{}: not a file path", out.display()))?
@@ -196,7 +232,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let report_path = a.report.clone().unwrap_or_else(|| out_dir.join(REPORT_FILE));
+    let report_path = a
+        .report
+        .clone()
+        .unwrap_or_else(|| out_dir.join(REPORT_FILE));
     if a.dry_run {
         print_plan(&plan, &out)?;
         return Ok(Outcome::Ok);
@@ -204,7 +243,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     if !a.force {
         for p in [&out, &report_path] {
             if p.exists() {
-                bail!("{}: already exists (use --force to replace it, or choose another path)", p.display());
+                bail!(
+                    "{}: already exists (use --force to replace it, or choose another path)",
+                    p.display()
+                );
             }
         }
     }
@@ -215,9 +257,19 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let tmp = temp_in(&out_dir, &out_name)?;
     let layout = plan.layout();
     let pb = progress_bar(layout.file_size - layout.data_offset, a.quiet, "converting");
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let slices = src.slices();
-    let result = write_gguf(&plan, &ckpt, &slices, tmp.as_file(), threads, &CANCEL, &|done| pb.set_position(done));
+    let result = write_gguf(
+        &plan,
+        &ckpt,
+        &slices,
+        tmp.as_file(),
+        threads,
+        &CANCEL,
+        &|done| pb.set_position(done),
+    );
     pb.finish_and_clear();
     let result = result?;
     if CANCEL.load(Ordering::SeqCst) {
@@ -230,21 +282,41 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let report_name = report_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| REPORT_FILE.into());
+    let report_name = report_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| REPORT_FILE.into());
     let mut rtmp = temp_in(&report_dir, &report_name)?;
-    rtmp.write_all(report.to_json().as_bytes()).with_context(|| format!("{}: cannot write the report", report_path.display()))?;
-    rtmp.as_file().sync_all().with_context(|| format!("{}: cannot sync the report", report_path.display()))?;
+    rtmp.write_all(report.to_json().as_bytes())
+        .with_context(|| format!("{}: cannot write the report", report_path.display()))?;
+    rtmp.as_file()
+        .sync_all()
+        .with_context(|| format!("{}: cannot sync the report", report_path.display()))?;
     if CANCEL.load(Ordering::SeqCst) {
         return Err(dspark_convert::error::ConvertError::Cancelled.into());
     }
-    tmp.persist(&out).with_context(|| format!("{}: cannot move the finished file into place", out.display()))?;
-    rtmp.persist(&report_path).with_context(|| format!("{}: cannot move the report into place", report_path.display()))?;
+    tmp.persist(&out).with_context(|| {
+        format!(
+            "{}: cannot move the finished file into place",
+            out.display()
+        )
+    })?;
+    rtmp.persist(&report_path).with_context(|| {
+        format!(
+            "{}: cannot move the report into place",
+            report_path.display()
+        )
+    })?;
     sync_dir(&out_dir);
     sync_dir(&report_dir);
 
     if !a.quiet {
         let (rms, max, _) = error_summary(&plan, &result);
-        let counts: Vec<String> = plan.type_counts().iter().map(|(ty, n)| format!("{n} {ty}")).collect();
+        let counts: Vec<String> = plan
+            .type_counts()
+            .iter()
+            .map(|(ty, n)| format!("{n} {ty}"))
+            .collect();
         let src_size: u64 = sizes.iter().sum();
         println!(
             "{}: {} tensors ({}), {} parameters, {} -> {} ({:.2}%), relative RMSE rms {:.6} max {:.6}, {:.1} s",
@@ -265,7 +337,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 
 pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
-        bail!("unknown geometry `{}` (expected tiny or kimi-k3-dspark)", a.geometry);
+        bail!(
+            "unknown geometry `{}` (expected tiny or kimi-k3-dspark)",
+            a.geometry
+        );
     };
     let total: u64 = g.parameters() * 2;
     let pb = progress_bar(total, a.quiet, "synthesizing");
@@ -275,7 +350,13 @@ pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
     })?;
     pb.finish_and_clear();
     if !a.quiet {
-        println!("{}: {} drafter, {} parameters, seed {}", a.out.display(), g.name, g.parameters(), a.seed);
+        println!(
+            "{}: {} drafter, {} parameters, seed {}",
+            a.out.display(),
+            g.name,
+            g.parameters(),
+            a.seed
+        );
     }
     Ok(Outcome::Ok)
 }

@@ -27,16 +27,26 @@ const SHOW_ITEMS: usize = 8;
 
 fn short(v: &Value) -> String {
     let list = |items: Vec<String>, n: usize| {
-        let more = if n > items.len() { format!(", … ({n} items)") } else { String::new() };
+        let more = if n > items.len() {
+            format!(", … ({n} items)")
+        } else {
+            String::new()
+        };
         format!("[{}{more}]", items.join(", "))
     };
     match v {
-        Value::String(s) if s.chars().count() > 80 => format!("{:?}…", s.chars().take(80).collect::<String>()),
+        Value::String(s) if s.chars().count() > 80 => {
+            format!("{:?}…", s.chars().take(80).collect::<String>())
+        }
         Value::String(s) => format!("{s:?}"),
         Value::Array(a) => {
             let n = a.len();
             let items: Vec<String> = match value_json(v) {
-                serde_json::Value::Array(items) => items.iter().take(SHOW_ITEMS).map(|x| x.to_string()).collect(),
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .take(SHOW_ITEMS)
+                    .map(|x| x.to_string())
+                    .collect(),
                 _ => Vec::new(),
             };
             if let Array::String(_) = a {
@@ -81,26 +91,70 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(Outcome::Ok);
     }
-    writeln!(out, "{}: GGUF v{}, {} bytes, {} keys, {} tensors, alignment {}, data at {}",
-        a.file.display(), file.version(), file.file_size(), file.kvs().len(), file.tensor_infos().len(), file.alignment(), file.data_offset())?;
+    writeln!(
+        out,
+        "{}: GGUF v{}, {} bytes, {} keys, {} tensors, alignment {}, data at {}",
+        a.file.display(),
+        file.version(),
+        file.file_size(),
+        file.kvs().len(),
+        file.tensor_infos().len(),
+        file.alignment(),
+        file.data_offset()
+    )?;
     writeln!(out, "\nmetadata:")?;
     let kw = file.kvs().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in file.kvs() {
         writeln!(out, "  {k:<kw$}  {:<14} {}", v.type_name(), short(v))?;
     }
     writeln!(out, "\ntensors:")?;
-    let nw = file.tensor_infos().iter().map(|t| t.name.len()).max().unwrap_or(0);
-    writeln!(out, "  {:<nw$}  {:<5} {:<22} {:>12} {:>12}", "name", "type", "ne", "offset", "bytes")?;
+    let nw = file
+        .tensor_infos()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(0);
+    writeln!(
+        out,
+        "  {:<nw$}  {:<5} {:<22} {:>12} {:>12}",
+        "name", "type", "ne", "offset", "bytes"
+    )?;
     for t in file.tensors() {
-        writeln!(out, "  {:<nw$}  {:<5} {:<22} {:>12} {:>12}", t.info.name, t.info.ty.name(), format!("{:?}", t.info.dims), t.offset, t.data.len())?;
+        writeln!(
+            out,
+            "  {:<nw$}  {:<5} {:<22} {:>12} {:>12}",
+            t.info.name,
+            t.info.ty.name(),
+            format!("{:?}", t.info.dims),
+            t.offset,
+            t.data.len()
+        )?;
     }
     writeln!(out, "\ncontract:")?;
-    let c: Vec<String> = counts(&file).iter().map(|(k, v)| format!("{v} {k}")).collect();
-    writeln!(out, "  architecture {}; hidden {}, {} draft layers, {} captured target layers; tensors: {}",
-        if summary.arch.is_empty() { "?" } else { &summary.arch }, summary.hidden, summary.n_layers, summary.n_cap, c.join(", "))?;
+    let c: Vec<String> = counts(&file)
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    writeln!(
+        out,
+        "  architecture {}; hidden {}, {} draft layers, {} captured target layers; tensors: {}",
+        if summary.arch.is_empty() {
+            "?"
+        } else {
+            &summary.arch
+        },
+        summary.hidden,
+        summary.n_layers,
+        summary.n_cap,
+        c.join(", ")
+    )?;
     match (summary.markov_rank, summary.confidence_dim) {
-        (Some(r), conf) => writeln!(out, "  DSpark heads: Markov rank {r}, vocabulary {}; confidence {}",
-            summary.markov_vocab.unwrap_or(0), conf.map_or("absent".to_string(), |c| format!("width {c}")))?,
+        (Some(r), conf) => writeln!(
+            out,
+            "  DSpark heads: Markov rank {r}, vocabulary {}; confidence {}",
+            summary.markov_vocab.unwrap_or(0),
+            conf.map_or("absent".to_string(), |c| format!("width {c}"))
+        )?,
         (None, _) => writeln!(out, "  DSpark heads: absent (plain DFlash)")?,
     }
     if findings.is_empty() {
@@ -122,5 +176,7 @@ fn counts(file: &GgufFile<'_>) -> serde_json::Map<String, serde_json::Value> {
         }
     }
     m.sort();
-    m.into_iter().map(|(_, k, v)| (k.to_string(), json!(v))).collect()
+    m.into_iter()
+        .map(|(_, k, v)| (k.to_string(), json!(v)))
+        .collect()
 }

@@ -18,7 +18,11 @@ use clap::{Parser, Subcommand};
 pub static CANCEL: AtomicBool = AtomicBool::new(false);
 
 #[derive(Parser, Debug)]
-#[command(name = "dspark", version, about = "DSpark / DFlash drafter toolkit: convert checkpoints to reproducible GGUF, inspect and verify them.")]
+#[command(
+    name = "dspark",
+    version,
+    about = "DSpark / DFlash drafter toolkit: convert checkpoints to reproducible GGUF, inspect and verify them."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,10 +68,18 @@ fn main() -> ExitCode {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Mismatch) => ExitCode::from(1),
         Err(e) => {
-            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
-            if e.chain().any(|c| matches!(c.downcast_ref::<dspark_convert::error::ConvertError>(), Some(dspark_convert::error::ConvertError::Cancelled))) {
+            if e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<dspark_convert::error::ConvertError>(),
+                    Some(dspark_convert::error::ConvertError::Cancelled)
+                )
+            }) {
                 eprintln!("dspark: interrupted; nothing was written");
                 return ExitCode::from(130);
             }

@@ -33,12 +33,16 @@ impl std::ops::Deref for Bytes {
 /// reads as input and hashes what it read, so a change shows up as a hash mismatch.
 pub unsafe fn map_file(path: &Path) -> Result<Bytes> {
     let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let len = file.metadata().with_context(|| format!("{}: cannot stat", path.display()))?.len();
+    let len = file
+        .metadata()
+        .with_context(|| format!("{}: cannot stat", path.display()))?
+        .len();
     if len == 0 {
         return Ok(Bytes::Empty);
     }
     // SAFETY: the caller upholds this function's contract (no concurrent modification).
-    let map = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
+    let map =
+        unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
     let _ = map.advise(memmap2::Advice::Sequential);
     Ok(Bytes::Mapped(map))
 }

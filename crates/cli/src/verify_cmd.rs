@@ -43,13 +43,22 @@ fn say(check: &str, findings: &[String]) -> bool {
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let bytes = map_input(&a.file)?;
     let file = GgufFile::parse(&bytes).with_context(|| format!("{}", a.file.display()))?;
-    println!("ok   strict GGUF parse ({} keys, {} tensors, {} bytes)", file.kvs().len(), file.tensor_infos().len(), file.file_size());
+    println!(
+        "ok   strict GGUF parse ({} keys, {} tensors, {} bytes)",
+        file.kvs().len(),
+        file.tensor_infos().len(),
+        file.file_size()
+    );
     let mut all_ok = say("dflash-draft contract", &check_contract(&file).1);
     let report = match &a.report {
         Some(p) => {
             let text = std::fs::read(p).with_context(|| format!("{}: cannot read", p.display()))?;
-            let r: Report = serde_json::from_slice(&text).with_context(|| format!("{}: not a dspark conversion report", p.display()))?;
-            all_ok &= say(&format!("matches report {}", p.display()), &check_report(&file, &bytes, &r));
+            let r: Report = serde_json::from_slice(&text)
+                .with_context(|| format!("{}: not a dspark conversion report", p.display()))?;
+            all_ok &= say(
+                &format!("matches report {}", p.display()),
+                &check_report(&file, &bytes, &r),
+            );
             Some(r)
         }
         None => None,
@@ -57,10 +66,28 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     if let Some(dir) = &a.source {
         let src = LoadedSource::open(dir)?;
         let ckpt = src.checkpoint()?;
-        let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let findings = check_source(&file, &bytes, src.config.clone(), &ckpt, &src.slices(), report.as_ref(), threads)?;
-        let what = if report.is_some() { "bit-exact with a fresh conversion of the source (bytes and recorded errors)" } else { "bit-exact with a fresh conversion of the source" };
+        let threads = a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let findings = check_source(
+            &file,
+            &bytes,
+            src.config.clone(),
+            &ckpt,
+            &src.slices(),
+            report.as_ref(),
+            threads,
+        )?;
+        let what = if report.is_some() {
+            "bit-exact with a fresh conversion of the source (bytes and recorded errors)"
+        } else {
+            "bit-exact with a fresh conversion of the source"
+        };
         all_ok &= say(what, &findings);
     }
-    Ok(if all_ok { Outcome::Ok } else { Outcome::Mismatch })
+    Ok(if all_ok {
+        Outcome::Ok
+    } else {
+        Outcome::Mismatch
+    })
 }

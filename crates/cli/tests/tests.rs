@@ -16,13 +16,29 @@ fn convert_then_verify_with_report_and_source() {
     let t = Tmp::new();
     let src = synth_tiny(&t.path("src"), 0);
     let out = t.path("out.gguf");
-    let o = dspark(&["convert", s(&src), "-o", s(&out), "--source-repo", "RadixArk/Tiny-DSpark", "--source-revision", "abc123"]);
+    let o = dspark(&[
+        "convert",
+        s(&src),
+        "-o",
+        s(&out),
+        "--source-repo",
+        "RadixArk/Tiny-DSpark",
+        "--source-revision",
+        "abc123",
+    ]);
     assert_ok(&o);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("29 tensors (12 F32, 17 Q8_0)"), "{stdout}");
     let report = t.path("conversion-report.json");
     assert!(report.exists());
-    let v = dspark(&["verify", s(&out), "--report", s(&report), "--source", s(&src)]);
+    let v = dspark(&[
+        "verify",
+        s(&out),
+        "--report",
+        s(&report),
+        "--source",
+        s(&src),
+    ]);
     assert_ok(&v);
     let text = String::from_utf8_lossy(&v.stdout);
     assert_eq!(text.matches("ok ").count(), 4, "{text}");
@@ -40,17 +56,45 @@ fn convert_then_verify_with_report_and_source() {
     let keys: Vec<&str> = r.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     assert_eq!(
         keys,
-        ["format", "converter", "source", "output", "output_to_source_ratio", "tensor_counts", "error", "geometry", "metadata", "tensors"]
+        [
+            "format",
+            "converter",
+            "source",
+            "output",
+            "output_to_source_ratio",
+            "tensor_counts",
+            "error",
+            "geometry",
+            "metadata",
+            "tensors"
+        ]
     );
     // Every metadata key says where it came from.
     for m in r["metadata"].as_array().unwrap() {
         assert!(!m["from"].as_str().unwrap().is_empty(), "{m}");
     }
-    let find = |k: &str| r["metadata"].as_array().unwrap().iter().find(|m| m["key"] == k).unwrap().clone();
-    assert_eq!(find("dflash-draft.dflash.target_layer_ids")["from"], "dflash_config.target_layer_ids");
-    assert_eq!(find("dflash-draft.rope.freq_base")["from"], "rope_parameters.rope_theta");
+    let find = |k: &str| {
+        r["metadata"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["key"] == k)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        find("dflash-draft.dflash.target_layer_ids")["from"],
+        "dflash_config.target_layer_ids"
+    );
+    assert_eq!(
+        find("dflash-draft.rope.freq_base")["from"],
+        "rope_parameters.rope_theta"
+    );
     assert_eq!(find("dflash-draft.dflash.target_block_count")["value"], 8);
-    assert_eq!(find("general.base_model.0.organization")["value"], "RadixArk");
+    assert_eq!(
+        find("general.base_model.0.organization")["value"],
+        "RadixArk"
+    );
 }
 
 #[test]
@@ -62,10 +106,24 @@ fn output_is_identical_for_any_thread_count() {
         let dir = t.path(&format!("t{threads}"));
         fs::create_dir(&dir).unwrap();
         let out = dir.join("x.gguf");
-        assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "--threads", threads, "-q"]));
-        outputs.push((fs::read(&out).unwrap(), fs::read(dir.join("conversion-report.json")).unwrap()));
+        assert_ok(&dspark(&[
+            "convert",
+            s(&src),
+            "-o",
+            s(&out),
+            "--threads",
+            threads,
+            "-q",
+        ]));
+        outputs.push((
+            fs::read(&out).unwrap(),
+            fs::read(dir.join("conversion-report.json")).unwrap(),
+        ));
     }
-    assert!(outputs.windows(2).all(|w| w[0] == w[1]), "outputs differ between thread counts");
+    assert!(
+        outputs.windows(2).all(|w| w[0] == w[1]),
+        "outputs differ between thread counts"
+    );
 }
 
 #[test]
@@ -74,16 +132,36 @@ fn scalar_and_simd_kernels_give_identical_outputs() {
     let src = synth_tiny(&t.path("src"), 9);
     let a = t.path("a.gguf");
     let b = t.path("b.gguf");
-    assert_ok(&dspark(&["convert", s(&src), "-o", s(&a), "--report", s(&t.path("a.json")), "-q"]));
+    assert_ok(&dspark(&[
+        "convert",
+        s(&src),
+        "-o",
+        s(&a),
+        "--report",
+        s(&t.path("a.json")),
+        "-q",
+    ]));
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
-        .args(["convert", s(&src), "-o", s(&b), "--report", s(&t.path("b.json")), "-q"])
+        .args([
+            "convert",
+            s(&src),
+            "-o",
+            s(&b),
+            "--report",
+            s(&t.path("b.json")),
+            "-q",
+        ])
         .env("DSPARK_FORCE_SCALAR", "1")
         .output()
         .unwrap();
     assert_ok(&o);
     assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
-    let ra = fs::read_to_string(t.path("a.json")).unwrap().replace("a.gguf", "x");
-    let rb = fs::read_to_string(t.path("b.json")).unwrap().replace("b.gguf", "x");
+    let ra = fs::read_to_string(t.path("a.json"))
+        .unwrap()
+        .replace("a.gguf", "x");
+    let rb = fs::read_to_string(t.path("b.json"))
+        .unwrap()
+        .replace("b.gguf", "x");
     assert_eq!(ra, rb);
 }
 
@@ -97,8 +175,15 @@ fn synth_is_deterministic_and_matches_the_shipped_example() {
     assert_eq!(st(&a), st(&b));
     assert_ne!(st(&a), st(&c));
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tiny-dspark");
-    assert_eq!(st(&a), st(&example), "examples/tiny-dspark is not `dspark synth --geometry tiny --seed 0`");
-    assert_eq!(fs::read(a.join("config.json")).unwrap(), fs::read(example.join("config.json")).unwrap());
+    assert_eq!(
+        st(&a),
+        st(&example),
+        "examples/tiny-dspark is not `dspark synth --geometry tiny --seed 0`"
+    );
+    assert_eq!(
+        fs::read(a.join("config.json")).unwrap(),
+        fs::read(example.join("config.json")).unwrap()
+    );
 }
 
 #[test]
@@ -131,32 +216,78 @@ fn sharded_mixed_dtype_shuffled_source_gives_identical_tensor_bytes() {
         weight_map.extend(shard.iter().map(|t| (t.name.clone(), file.clone())));
     }
     shuffle(&mut weight_map, &mut rng);
-    let map: serde_json::Map<String, serde_json::Value> = weight_map.into_iter().map(|(n, f)| (n, f.into())).collect();
-    fs::write(sharded.join("model.safetensors.index.json"), serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map}).to_string()).unwrap();
+    let map: serde_json::Map<String, serde_json::Value> =
+        weight_map.into_iter().map(|(n, f)| (n, f.into())).collect();
+    fs::write(
+        sharded.join("model.safetensors.index.json"),
+        serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map}).to_string(),
+    )
+    .unwrap();
 
     let a = t.path("a.gguf");
     let b = t.path("b.gguf");
-    assert_ok(&dspark(&["convert", s(&single), "-o", s(&a), "--report", s(&t.path("a.json")), "--name", "x", "-q"]));
-    assert_ok(&dspark(&["convert", s(&sharded), "-o", s(&b), "--report", s(&t.path("b.json")), "--name", "x", "-q"]));
-    let ra: serde_json::Value = serde_json::from_slice(&fs::read(t.path("a.json")).unwrap()).unwrap();
-    let rb: serde_json::Value = serde_json::from_slice(&fs::read(t.path("b.json")).unwrap()).unwrap();
+    assert_ok(&dspark(&[
+        "convert",
+        s(&single),
+        "-o",
+        s(&a),
+        "--report",
+        s(&t.path("a.json")),
+        "--name",
+        "x",
+        "-q",
+    ]));
+    assert_ok(&dspark(&[
+        "convert",
+        s(&sharded),
+        "-o",
+        s(&b),
+        "--report",
+        s(&t.path("b.json")),
+        "--name",
+        "x",
+        "-q",
+    ]));
+    let ra: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path("a.json")).unwrap()).unwrap();
+    let rb: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path("b.json")).unwrap()).unwrap();
     let strip = |r: &serde_json::Value| -> Vec<serde_json::Value> {
-        r["tensors"].as_array().unwrap().iter().map(|t| {
-            let mut t = t.clone();
-            t.as_object_mut().unwrap().remove("source_dtype");
-            t
-        }).collect()
+        r["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                t.as_object_mut().unwrap().remove("source_dtype");
+                t
+            })
+            .collect()
     };
-    assert_eq!(strip(&ra), strip(&rb), "tensor bytes, offsets or errors differ between shardings");
+    assert_eq!(
+        strip(&ra),
+        strip(&rb),
+        "tensor bytes, offsets or errors differ between shardings"
+    );
     assert_eq!(rb["source"]["files"].as_array().unwrap().len(), 3);
-    assert_eq!(rb["source"]["dtypes"], serde_json::json!({"BF16": 16, "F16": 10, "F32": 3}));
+    assert_eq!(
+        rb["source"]["dtypes"],
+        serde_json::json!({"BF16": 16, "F16": 10, "F32": 3})
+    );
     // Only the provenance differs: the data section is byte-identical.
     let (fa, fb) = (fs::read(&a).unwrap(), fs::read(&b).unwrap());
     let data = |f: &[u8], off: u64| f[off as usize..].to_vec();
     let off_a = f_data_offset(&fa);
     let off_b = f_data_offset(&fb);
     assert_eq!(data(&fa, off_a), data(&fb, off_b));
-    assert_ok(&dspark(&["verify", s(&b), "--report", s(&t.path("b.json")), "--source", s(&sharded)]));
+    assert_ok(&dspark(&[
+        "verify",
+        s(&b),
+        "--report",
+        s(&t.path("b.json")),
+        "--source",
+        s(&sharded),
+    ]));
     python_check(&b, Some(&sharded), Some(&t.path("b.json")));
 }
 
@@ -167,7 +298,10 @@ fn q8_0_edge_cases_equal_gguf_py() {
     let st = src.join("model.safetensors");
     let mut tensors = read_safetensors(&st);
     for t in tensors.iter_mut() {
-        if t.name == "fc.weight" || t.name == "layers.1.mlp.down_proj.weight" || t.name == "markov_head.markov_w2.weight" {
+        if t.name == "fc.weight"
+            || t.name == "layers.1.mlp.down_proj.weight"
+            || t.name == "markov_head.markov_w2.weight"
+        {
             let n = t.n_elements();
             let values = edge_values(n);
             *t = StTensor::f32(&t.name, t.shape.clone(), &values);
@@ -177,7 +311,14 @@ fn q8_0_edge_cases_equal_gguf_py() {
     let out = t.path("edge.gguf");
     assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "-q"]));
     let report = t.path("conversion-report.json");
-    assert_ok(&dspark(&["verify", s(&out), "--report", s(&report), "--source", s(&src)]));
+    assert_ok(&dspark(&[
+        "verify",
+        s(&out),
+        "--report",
+        s(&report),
+        "--source",
+        s(&src),
+    ]));
     python_check(&out, Some(&src), Some(&report));
 }
 
@@ -189,9 +330,24 @@ fn other_output_types_pass_the_independent_checker() {
         let dir = t.path(ty);
         fs::create_dir(&dir).unwrap();
         let out = dir.join("o.gguf");
-        assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "--outtype", ty, "-q"]));
+        assert_ok(&dspark(&[
+            "convert",
+            s(&src),
+            "-o",
+            s(&out),
+            "--outtype",
+            ty,
+            "-q",
+        ]));
         let report = dir.join("conversion-report.json");
-        assert_ok(&dspark(&["verify", s(&out), "--report", s(&report), "--source", s(&src)]));
+        assert_ok(&dspark(&[
+            "verify",
+            s(&out),
+            "--report",
+            s(&report),
+            "--source",
+            s(&src),
+        ]));
         python_check(&out, Some(&src), Some(&report));
     }
 }
@@ -203,14 +359,30 @@ fn default_output_name_dry_run_and_force() {
     let work = t.path("work");
     fs::create_dir(&work).unwrap();
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_dspark")).args(args).current_dir(&work).output().unwrap()
+        std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+            .args(args)
+            .current_dir(&work)
+            .output()
+            .unwrap()
     };
     let dry = run(&["convert", s(&src), "--dry-run"]);
     assert_ok(&dry);
-    assert_eq!(fs::read_dir(&work).unwrap().count(), 0, "--dry-run wrote something");
+    assert_eq!(
+        fs::read_dir(&work).unwrap().count(),
+        0,
+        "--dry-run wrote something"
+    );
     let text = String::from_utf8_lossy(&dry.stdout).to_string();
     assert!(text.contains("blk.1.ffn_down.weight"), "{text}");
-    let size: u64 = text.split("would be exactly ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let size: u64 = text
+        .split("would be exactly ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_ok(&run(&["convert", s(&src), "-q"]));
     let out = work.join("tiny-drafter-Q8_0.gguf");
     assert_eq!(fs::metadata(&out).unwrap().len(), size);
@@ -219,7 +391,10 @@ fn default_output_name_dry_run_and_force() {
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
     assert_ok(&run(&["convert", s(&src), "-q", "--force"]));
-    assert_eq!(names_in(&work), ["conversion-report.json", "tiny-drafter-Q8_0.gguf"]);
+    assert_eq!(
+        names_in(&work),
+        ["conversion-report.json", "tiny-drafter-Q8_0.gguf"]
+    );
 }
 
 /// Each bad source fails with exit 1, names the culprit, and leaves nothing behind.
@@ -227,51 +402,110 @@ fn default_output_name_dry_run_and_force() {
 fn bad_sources_fail_cleanly_naming_the_culprit() {
     type Breaker = fn(&Path);
     let cases: Vec<(&str, Breaker, &str)> = vec![
-        ("truncated", |d| {
-            let p = d.join("model.safetensors");
-            let b = fs::read(&p).unwrap();
-            fs::write(&p, &b[..b.len() - 1000]).unwrap();
-        }, "model.safetensors"),
-        ("nan", |d| {
-            let p = d.join("model.safetensors");
-            let mut ts = read_safetensors(&p);
-            let t = ts.iter_mut().find(|t| t.name == "layers.1.self_attn.k_proj.weight").unwrap();
-            t.data[2 * 77..2 * 77 + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
-            write_safetensors(&p, &ts);
-        }, "`layers.1.self_attn.k_proj.weight`: non-finite value NaN at flat index 77"),
-        ("missing tensor", |d| {
-            let p = d.join("model.safetensors");
-            let ts: Vec<StTensor> = read_safetensors(&p).into_iter().filter(|t| t.name != "layers.0.mlp.up_proj.weight").collect();
-            write_safetensors(&p, &ts);
-        }, "`layers.0.mlp.up_proj.weight`: missing"),
-        ("shape mismatch", |d| {
-            edit_config(d, |c| c["intermediate_size"] = 96.into());
-        }, "shape [128, 64] does not match the config, expected [96, 64]"),
-        ("missing config", |d| fs::remove_file(d.join("config.json")).unwrap(), "config.json"),
-        ("unknown tensor", |d| {
-            let p = d.join("model.safetensors");
-            let mut ts = read_safetensors(&p);
-            ts.push(StTensor::f32("layers.0.self_attn.q_proj.bias", vec![64], &[0.0; 64]));
-            write_safetensors(&p, &ts);
-        }, "`layers.0.self_attn.q_proj.bias`: not a DSpark/DFlash drafter tensor"),
-        ("vocabulary map", |d| {
-            let p = d.join("model.safetensors");
-            let mut ts = read_safetensors(&p);
-            ts.push(StTensor::f32("d2t", vec![4], &[0.0; 4]));
-            write_safetensors(&p, &ts);
-        }, "`d2t`: a draft→target vocabulary map"),
-        ("missing target ids", |d| {
-            edit_config(d, |c| {
-                c["dflash_config"].as_object_mut().unwrap().remove("target_layer_ids");
-            });
-        }, "dflash_config.target_layer_ids: missing"),
-        ("gated markov head", |d| {
-            edit_config(d, |c| c["dflash_config"]["markov_head_type"] = "gated".into());
-        }, "markov head type `gated` is not supported"),
-        ("captured layer beyond target", |d| {
-            edit_config(d, |c| c["num_target_layers"] = 5.into());
-        }, "captured layer 6 is outside the target's 5 layers"),
-        ("config not json", |d| fs::write(d.join("config.json"), "{\"hidden_size\": 64,").unwrap(), "not valid JSON"),
+        (
+            "truncated",
+            |d| {
+                let p = d.join("model.safetensors");
+                let b = fs::read(&p).unwrap();
+                fs::write(&p, &b[..b.len() - 1000]).unwrap();
+            },
+            "model.safetensors",
+        ),
+        (
+            "nan",
+            |d| {
+                let p = d.join("model.safetensors");
+                let mut ts = read_safetensors(&p);
+                let t = ts
+                    .iter_mut()
+                    .find(|t| t.name == "layers.1.self_attn.k_proj.weight")
+                    .unwrap();
+                t.data[2 * 77..2 * 77 + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
+                write_safetensors(&p, &ts);
+            },
+            "`layers.1.self_attn.k_proj.weight`: non-finite value NaN at flat index 77",
+        ),
+        (
+            "missing tensor",
+            |d| {
+                let p = d.join("model.safetensors");
+                let ts: Vec<StTensor> = read_safetensors(&p)
+                    .into_iter()
+                    .filter(|t| t.name != "layers.0.mlp.up_proj.weight")
+                    .collect();
+                write_safetensors(&p, &ts);
+            },
+            "`layers.0.mlp.up_proj.weight`: missing",
+        ),
+        (
+            "shape mismatch",
+            |d| {
+                edit_config(d, |c| c["intermediate_size"] = 96.into());
+            },
+            "shape [128, 64] does not match the config, expected [96, 64]",
+        ),
+        (
+            "missing config",
+            |d| fs::remove_file(d.join("config.json")).unwrap(),
+            "config.json",
+        ),
+        (
+            "unknown tensor",
+            |d| {
+                let p = d.join("model.safetensors");
+                let mut ts = read_safetensors(&p);
+                ts.push(StTensor::f32(
+                    "layers.0.self_attn.q_proj.bias",
+                    vec![64],
+                    &[0.0; 64],
+                ));
+                write_safetensors(&p, &ts);
+            },
+            "`layers.0.self_attn.q_proj.bias`: not a DSpark/DFlash drafter tensor",
+        ),
+        (
+            "vocabulary map",
+            |d| {
+                let p = d.join("model.safetensors");
+                let mut ts = read_safetensors(&p);
+                ts.push(StTensor::f32("d2t", vec![4], &[0.0; 4]));
+                write_safetensors(&p, &ts);
+            },
+            "`d2t`: a draft→target vocabulary map",
+        ),
+        (
+            "missing target ids",
+            |d| {
+                edit_config(d, |c| {
+                    c["dflash_config"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("target_layer_ids");
+                });
+            },
+            "dflash_config.target_layer_ids: missing",
+        ),
+        (
+            "gated markov head",
+            |d| {
+                edit_config(d, |c| {
+                    c["dflash_config"]["markov_head_type"] = "gated".into()
+                });
+            },
+            "markov head type `gated` is not supported",
+        ),
+        (
+            "captured layer beyond target",
+            |d| {
+                edit_config(d, |c| c["num_target_layers"] = 5.into());
+            },
+            "captured layer 6 is outside the target's 5 layers",
+        ),
+        (
+            "config not json",
+            |d| fs::write(d.join("config.json"), "{\"hidden_size\": 64,").unwrap(),
+            "not valid JSON",
+        ),
     ];
     for (what, breaker, expect) in cases {
         let t = Tmp::new();
@@ -282,8 +516,15 @@ fn bad_sources_fail_cleanly_naming_the_culprit() {
         let o = dspark(&["convert", s(&src), "-o", s(&dest.join("x.gguf"))]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{what}: {err}");
-        assert!(err.contains(expect), "{what}: expected `{expect}` in: {err}");
-        assert!(names_in(&dest).is_empty(), "{what}: left {:?}", names_in(&dest));
+        assert!(
+            err.contains(expect),
+            "{what}: expected `{expect}` in: {err}"
+        );
+        assert!(
+            names_in(&dest).is_empty(),
+            "{what}: left {:?}",
+            names_in(&dest)
+        );
     }
 }
 
@@ -294,14 +535,33 @@ fn allow_extra_and_allow_nonfinite_are_recorded() {
     let p = src.join("model.safetensors");
     let mut ts = read_safetensors(&p);
     ts.push(StTensor::f32("extra.thing", vec![4], &[1.0; 4]));
-    let k = ts.iter_mut().find(|t| t.name == "layers.1.self_attn.k_proj.weight").unwrap();
+    let k = ts
+        .iter_mut()
+        .find(|t| t.name == "layers.1.self_attn.k_proj.weight")
+        .unwrap();
     k.data[0..2].copy_from_slice(&0x7f80u16.to_le_bytes());
     write_safetensors(&p, &ts);
     let out = t.path("o.gguf");
-    assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "--allow-extra", "--allow-nonfinite", "-q"]));
-    let r: serde_json::Value = serde_json::from_slice(&fs::read(t.path("conversion-report.json")).unwrap()).unwrap();
+    assert_ok(&dspark(&[
+        "convert",
+        s(&src),
+        "-o",
+        s(&out),
+        "--allow-extra",
+        "--allow-nonfinite",
+        "-q",
+    ]));
+    let r: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path("conversion-report.json")).unwrap()).unwrap();
     assert_eq!(r["skipped"], serde_json::json!(["extra.thing"]));
-    assert_ok(&dspark(&["verify", s(&out), "--report", s(&t.path("conversion-report.json")), "--source", s(&src)]));
+    assert_ok(&dspark(&[
+        "verify",
+        s(&out),
+        "--report",
+        s(&t.path("conversion-report.json")),
+        "--source",
+        s(&src),
+    ]));
 }
 
 #[test]
@@ -316,13 +576,21 @@ fn verify_catches_any_flipped_byte() {
     let bad = t.path("bad.gguf");
     // Every 7th byte of the header, and a spread of data bytes: with the report, each
     // flip must fail (exit 1), never pass, never panic.
-    let positions: Vec<usize> = (0..data_offset).step_by(7).chain((data_offset..good.len()).step_by(997)).collect();
+    let positions: Vec<usize> = (0..data_offset)
+        .step_by(7)
+        .chain((data_offset..good.len()).step_by(997))
+        .collect();
     for &pos in &positions {
         let mut b = good.clone();
         b[pos] ^= 0x10;
         fs::write(&bad, &b).unwrap();
         let o = dspark(&["verify", s(&bad), "--report", s(&report)]);
-        assert_eq!(o.status.code(), Some(1), "flip at {pos} not caught: {}", String::from_utf8_lossy(&o.stdout));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "flip at {pos} not caught: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
     }
     // Without a report, a flipped data byte is caught by re-deriving from the source.
     for pos in [data_offset + 5, data_offset + 13_100, good.len() - 40] {
@@ -330,7 +598,11 @@ fn verify_catches_any_flipped_byte() {
         b[pos] ^= 0x01;
         fs::write(&bad, &b).unwrap();
         let o = dspark(&["verify", s(&bad), "--source", s(&src)]);
-        assert_eq!(o.status.code(), Some(1), "flip at {pos} not caught by --source");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "flip at {pos} not caught by --source"
+        );
         assert!(String::from_utf8_lossy(&o.stdout).contains("differs from a fresh"));
     }
 }
@@ -345,13 +617,19 @@ fn inspect_prints_everything_and_json_is_complete() {
     assert_ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("dflash-draft contract: satisfied"), "{text}");
-    assert!(text.contains("DSpark heads: Markov rank 32, vocabulary 512; confidence width 96"), "{text}");
+    assert!(
+        text.contains("DSpark heads: Markov rank 32, vocabulary 512; confidence width 96"),
+        "{text}"
+    );
     let j = dspark(&["inspect", s(&out), "--json"]);
     assert_ok(&j);
     let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
     assert_eq!(v["tensors"].as_array().unwrap().len(), 29);
     assert_eq!(v["contract"]["ok"], true);
-    assert_eq!(v["contract"]["tensor_counts"], serde_json::json!({"F32": 12, "Q8_0": 17}));
+    assert_eq!(
+        v["contract"]["tensor_counts"],
+        serde_json::json!({"F32": 12, "Q8_0": 17})
+    );
     let bad = t.path("garbage.gguf");
     fs::write(&bad, b"GGUF\x03\0\0\0garbage").unwrap();
     let o = dspark(&["inspect", s(&bad)]);

@@ -125,9 +125,12 @@ impl<'a> Lookup<'a> {
     }
 
     fn req_uint(&self, candidates: &[&str]) -> Result<Sourced<u64>> {
-        let v = self
-            .uint(candidates)?
-            .ok_or_else(|| self.err(candidates[0], "missing (also looked for: ".to_string() + &candidates[1..].join(", ") + ")"))?;
+        let v = self.uint(candidates)?.ok_or_else(|| {
+            self.err(
+                candidates[0],
+                "missing (also looked for: ".to_string() + &candidates[1..].join(", ") + ")",
+            )
+        })?;
         if v.value == 0 {
             return Err(self.err(&v.from, "must be at least 1"));
         }
@@ -192,28 +195,43 @@ impl DraftConfig {
             return Err(l.err("(file)", "expected a JSON object"));
         }
         let architectures = match l.find(&["architectures"]) {
-            Some((Json::Array(a), _)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            Some((Json::Array(a), _)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
             _ => Vec::new(),
         };
         let hidden_size = l.req_uint(backbone!("hidden_size"))?;
         let num_attention_heads = l.req_uint(backbone!("num_attention_heads"))?;
         let num_key_value_heads = match l.uint(backbone!("num_key_value_heads"))? {
             Some(v) => v,
-            None => Sourced::new(num_attention_heads.value, "derived: num_attention_heads (no GQA)"),
+            None => Sourced::new(
+                num_attention_heads.value,
+                "derived: num_attention_heads (no GQA)",
+            ),
         };
         let head_dim = match l.uint(backbone!("head_dim"))? {
             Some(v) => v,
             None => {
                 if hidden_size.value % num_attention_heads.value != 0 {
-                    return Err(l.err("head_dim", "missing, and hidden_size is not a multiple of num_attention_heads"));
+                    return Err(l.err(
+                        "head_dim",
+                        "missing, and hidden_size is not a multiple of num_attention_heads",
+                    ));
                 }
-                Sourced::new(hidden_size.value / num_attention_heads.value, "derived: hidden_size / num_attention_heads")
+                Sourced::new(
+                    hidden_size.value / num_attention_heads.value,
+                    "derived: hidden_size / num_attention_heads",
+                )
             }
         };
         let vocab_size = l.req_uint(backbone!("vocab_size"))?;
         let draft_vocab_size = match l.uint(&["draft_vocab_size"])? {
             Some(v) => v,
-            None => Sourced::new(vocab_size.value, "derived: vocab_size (no draft_vocab_size)"),
+            None => Sourced::new(
+                vocab_size.value,
+                "derived: vocab_size (no draft_vocab_size)",
+            ),
         };
         let rms_norm_eps = l
             .float(backbone!("rms_norm_eps"))?
@@ -231,7 +249,12 @@ impl DraftConfig {
         let rope_scaling = Self::rope_scaling(&l)?;
 
         let target_layer_ids = Self::target_layer_ids(&l)?;
-        let block_size = l.req_uint(&["dflash_config.block_size", "block_size", "dspark_block_size", "draft_block_size"])?;
+        let block_size = l.req_uint(&[
+            "dflash_config.block_size",
+            "block_size",
+            "dspark_block_size",
+            "draft_block_size",
+        ])?;
         let target_hidden_size = l.uint(&["target_hidden_size"])?;
         if let Some(t) = &target_hidden_size {
             if t.value != hidden_size.value {
@@ -244,7 +267,11 @@ impl DraftConfig {
                 ));
             }
         }
-        let markov_head_type = l.string(&["dflash_config.markov_head_type", "markov_head_type", "dspark_markov_head_type"])?;
+        let markov_head_type = l.string(&[
+            "dflash_config.markov_head_type",
+            "markov_head_type",
+            "dspark_markov_head_type",
+        ])?;
         if let Some(t) = &markov_head_type {
             if t.value != "vanilla" {
                 return Err(l.err(
@@ -258,16 +285,31 @@ impl DraftConfig {
             architectures,
             num_hidden_layers: l.req_uint(backbone!("num_hidden_layers"))?,
             intermediate_size: l.req_uint(backbone!("intermediate_size"))?,
-            max_position_embeddings: l
-                .req_uint(backbone!("max_position_embeddings"))?,
+            max_position_embeddings: l.req_uint(backbone!("max_position_embeddings"))?,
             num_target_layers: l.uint(&["num_target_layers", "dflash_config.num_target_layers"])?,
-            mask_token_id: l.uint(&["dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id"])?,
-            markov_rank: l.uint(&["dflash_config.markov_rank", "markov_rank", "dspark_markov_rank"])?,
-            enable_confidence_head: l.boolean(&["dflash_config.enable_confidence_head", "enable_confidence_head"])?,
-            confidence_head_with_markov: l
-                .boolean(&["dflash_config.confidence_head_with_markov", "confidence_head_with_markov"])?,
-            sample_from_anchor: l.boolean(&["dflash_config.sample_from_anchor", "sample_from_anchor"])?,
-            attention_bias: l.boolean(backbone!("attention_bias"))?.is_some_and(|b| b.value),
+            mask_token_id: l.uint(&[
+                "dflash_config.mask_token_id",
+                "mask_token_id",
+                "dspark_noise_token_id",
+            ])?,
+            markov_rank: l.uint(&[
+                "dflash_config.markov_rank",
+                "markov_rank",
+                "dspark_markov_rank",
+            ])?,
+            enable_confidence_head: l.boolean(&[
+                "dflash_config.enable_confidence_head",
+                "enable_confidence_head",
+            ])?,
+            confidence_head_with_markov: l.boolean(&[
+                "dflash_config.confidence_head_with_markov",
+                "confidence_head_with_markov",
+            ])?,
+            sample_from_anchor: l
+                .boolean(&["dflash_config.sample_from_anchor", "sample_from_anchor"])?,
+            attention_bias: l
+                .boolean(backbone!("attention_bias"))?
+                .is_some_and(|b| b.value),
             hidden_size,
             num_attention_heads,
             num_key_value_heads,
@@ -285,8 +327,14 @@ impl DraftConfig {
     }
 
     fn rope_scaling(l: &Lookup<'_>) -> Result<Option<RopeScaling>> {
-        for section in ["rope_parameters", "rope_scaling", "transformer_layer_config.rope_scaling"] {
-            let Some((obj, _)) = l.find(&[section]) else { continue };
+        for section in [
+            "rope_parameters",
+            "rope_scaling",
+            "transformer_layer_config.rope_scaling",
+        ] {
+            let Some((obj, _)) = l.find(&[section]) else {
+                continue;
+            };
             if !obj.is_object() {
                 return Err(l.err(section, format!("expected an object, found {obj}")));
             }
@@ -299,9 +347,12 @@ impl DraftConfig {
                 return Ok(None);
             }
             let k_factor = key("factor");
-            let factor = l
-                .float(&[&k_factor])?
-                .ok_or_else(|| l.err(&k_factor, format!("missing for rope type `{}`", rope_type.value)))?;
+            let factor = l.float(&[&k_factor])?.ok_or_else(|| {
+                l.err(
+                    &k_factor,
+                    format!("missing for rope type `{}`", rope_type.value),
+                )
+            })?;
             let (k_orig, k_bf, k_bs, k_af, k_af2) = (
                 key("original_max_position_embeddings"),
                 key("beta_fast"),
@@ -332,23 +383,40 @@ impl DraftConfig {
         let (v, key) = l.find(&candidates).ok_or_else(|| {
             l.err(
                 candidates[0],
-                format!("missing (also looked for: {}); the captured target layers cannot be guessed", candidates[1..].join(", ")),
+                format!(
+                    "missing (also looked for: {}); the captured target layers cannot be guessed",
+                    candidates[1..].join(", ")
+                ),
             )
         })?;
-        let arr = v
-            .as_array()
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| l.err(&key, format!("expected a non-empty array of layer ids, found {v}")))?;
+        let arr = v.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
+            l.err(
+                &key,
+                format!("expected a non-empty array of layer ids, found {v}"),
+            )
+        })?;
         let one_based = key == "eagle_aux_hidden_state_layer_ids";
         let mut ids = Vec::with_capacity(arr.len());
         for x in arr {
             let n = x
                 .as_u64()
                 .filter(|&n| n <= i32::MAX as u64 && !(one_based && n == 0))
-                .ok_or_else(|| l.err(&key, format!("layer id {x} is not a valid {} index", if one_based { "1-based" } else { "0-based" })))?;
+                .ok_or_else(|| {
+                    l.err(
+                        &key,
+                        format!(
+                            "layer id {x} is not a valid {} index",
+                            if one_based { "1-based" } else { "0-based" }
+                        ),
+                    )
+                })?;
             ids.push(if one_based { n - 1 } else { n });
         }
-        let from = if one_based { format!("{key} (1-based, minus one)") } else { key };
+        let from = if one_based {
+            format!("{key} (1-based, minus one)")
+        } else {
+            key
+        };
         Ok(Sourced::new(ids, from))
     }
 
@@ -357,4 +425,3 @@ impl DraftConfig {
         self.markov_rank.as_ref().is_some_and(|r| r.value > 0)
     }
 }
-

@@ -47,8 +47,16 @@ pub const LAYER_TENSORS: [(&str, &str, Role); 11] = [
     ("self_attn.v_proj.weight", "attn_v.weight", Role::Projection),
     ("self_attn.q_norm.weight", "attn_q_norm.weight", Role::Norm),
     ("self_attn.k_norm.weight", "attn_k_norm.weight", Role::Norm),
-    ("self_attn.o_proj.weight", "attn_output.weight", Role::Projection),
-    ("post_attention_layernorm.weight", "ffn_norm.weight", Role::Norm),
+    (
+        "self_attn.o_proj.weight",
+        "attn_output.weight",
+        Role::Projection,
+    ),
+    (
+        "post_attention_layernorm.weight",
+        "ffn_norm.weight",
+        Role::Norm,
+    ),
     ("mlp.gate_proj.weight", "ffn_gate.weight", Role::Projection),
     ("mlp.up_proj.weight", "ffn_up.weight", Role::Projection),
     ("mlp.down_proj.weight", "ffn_down.weight", Role::Projection),
@@ -57,7 +65,11 @@ pub const LAYER_TENSORS: [(&str, &str, Role); 11] = [
 /// Tensors before the layers: (source names, GGUF name, role).
 pub const HEAD_TENSORS: [(&[&str], &str, Role); 2] = [
     (&["fc.weight"], "dflash.fc.weight", Role::Projection),
-    (&["hidden_norm.weight"], "dflash.hidden_norm.weight", Role::Norm),
+    (
+        &["hidden_norm.weight"],
+        "dflash.hidden_norm.weight",
+        Role::Norm,
+    ),
 ];
 
 /// Tensors after the layers, in canonical order: (source names, first preferred; GGUF
@@ -104,7 +116,11 @@ pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
         "dflash.dspark.confidence.bias",
         Role::ConfidenceBias,
     ),
-    (&["embed_tokens.weight"], "token_embd.weight", Role::Embedding),
+    (
+        &["embed_tokens.weight"],
+        "token_embd.weight",
+        Role::Embedding,
+    ),
     (&["lm_head.weight"], "output.weight", Role::LmHead),
 ];
 
@@ -132,17 +148,28 @@ pub struct Mapped {
 pub fn map_source(name: &str) -> Option<Mapped> {
     for (i, (srcs, gguf, role)) in HEAD_TENSORS.iter().enumerate() {
         if srcs.contains(&name) {
-            return Some(Mapped { gguf: gguf.to_string(), role: *role, order: (0, 0, i as u32), layer: None });
+            return Some(Mapped {
+                gguf: gguf.to_string(),
+                role: *role,
+                order: (0, 0, i as u32),
+                layer: None,
+            });
         }
     }
     if let Some(rest) = name.strip_prefix("layers.") {
         let (idx, suffix) = rest.split_once('.')?;
         // Canonical decimal only: `layers.01.x` would collide with `layers.1.x`.
-        if idx.is_empty() || (idx.len() > 1 && idx.starts_with('0')) || !idx.bytes().all(|b| b.is_ascii_digit()) {
+        if idx.is_empty()
+            || (idx.len() > 1 && idx.starts_with('0'))
+            || !idx.bytes().all(|b| b.is_ascii_digit())
+        {
             return None;
         }
         let layer: u64 = idx.parse().ok()?;
-        let (j, (_, gguf_suffix, role)) = LAYER_TENSORS.iter().enumerate().find(|(_, t)| t.0 == suffix)?;
+        let (j, (_, gguf_suffix, role)) = LAYER_TENSORS
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.0 == suffix)?;
         return Some(Mapped {
             gguf: format!("blk.{layer}.{gguf_suffix}"),
             role: *role,
@@ -152,7 +179,12 @@ pub fn map_source(name: &str) -> Option<Mapped> {
     }
     for (i, (srcs, gguf, role)) in TAIL_TENSORS.iter().enumerate() {
         if srcs.contains(&name) {
-            return Some(Mapped { gguf: gguf.to_string(), role: *role, order: (2, 0, i as u32), layer: None });
+            return Some(Mapped {
+                gguf: gguf.to_string(),
+                role: *role,
+                order: (2, 0, i as u32),
+                layer: None,
+            });
         }
     }
     None
@@ -160,7 +192,10 @@ pub fn map_source(name: &str) -> Option<Mapped> {
 
 /// Why a source tensor that does not map is refused, when the contract cannot carry it.
 pub fn unrepresentable(name: &str) -> Option<&'static str> {
-    UNREPRESENTABLE.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
+    UNREPRESENTABLE
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| *why)
 }
 
 #[cfg(test)]
@@ -170,8 +205,16 @@ mod tests {
     #[test]
     fn maps_every_kind_of_name() {
         let m = map_source("layers.3.self_attn.o_proj.weight").unwrap();
-        assert_eq!((m.gguf.as_str(), m.role, m.layer), ("blk.3.attn_output.weight", Role::Projection, Some(3)));
-        assert_eq!(map_source("mtp.2.markov_head.markov_w2.weight").unwrap().gguf, "dflash.dspark.markov.w2");
+        assert_eq!(
+            (m.gguf.as_str(), m.role, m.layer),
+            ("blk.3.attn_output.weight", Role::Projection, Some(3))
+        );
+        assert_eq!(
+            map_source("mtp.2.markov_head.markov_w2.weight")
+                .unwrap()
+                .gguf,
+            "dflash.dspark.markov.w2"
+        );
         assert_eq!(map_source("norm.weight").unwrap().role, Role::Norm);
         assert_eq!(map_source("layers.01.mlp.up_proj.weight"), None);
         assert_eq!(map_source("layers.1.self_attn.q_proj.bias"), None);

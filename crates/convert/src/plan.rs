@@ -84,7 +84,11 @@ impl OutType {
     /// One line describing the policy (`provenance.policy`).
     pub fn policy(self) -> String {
         let m = self.label();
-        let fallback = if self == OutType::Q8_0 { " (F16 when a row is not a multiple of 32)" } else { "" };
+        let fallback = if self == OutType::Q8_0 {
+            " (F16 when a row is not a multiple of 32)"
+        } else {
+            ""
+        };
         format!("{m} for fc, attention q/k/v/output, FFN gate/up/down, Markov w1/w2 and any embedding/lm_head{fallback}; F32 for every norm and the confidence head")
     }
 }
@@ -217,7 +221,11 @@ impl Plan {
     /// Checks `ckpt` against `config` and decides every byte of the output but the hashes.
     pub fn new(config: DraftConfig, ckpt: &Checkpoint<'_>, options: Options) -> Result<Plan> {
         let c = &config;
-        let cfg_err = |key: &str, msg: String| ConvertError::Config { path: c.path.clone(), key: key.to_string(), msg };
+        let cfg_err = |key: &str, msg: String| ConvertError::Config {
+            path: c.path.clone(),
+            key: key.to_string(),
+            msg,
+        };
 
         // 1. Map every source tensor; refuse unknown ones (unless --allow-extra).
         let mut mapped = Vec::new();
@@ -241,18 +249,28 @@ impl Plan {
         for w in mapped.windows(2) {
             if w[0].1.gguf == w[1].1.gguf {
                 let (a, b) = (&ckpt.tensors[w[0].0].name, &ckpt.tensors[w[1].0].name);
-                return Err(ConvertError::tensor(&w[0].1.gguf, format!("given twice, as `{a}` and `{b}`")));
+                return Err(ConvertError::tensor(
+                    &w[0].1.gguf,
+                    format!("given twice, as `{a}` and `{b}`"),
+                ));
             }
         }
         let present: BTreeSet<&str> = mapped.iter().map(|(_, m)| m.gguf.as_str()).collect();
         let source_of = |gguf: &str| {
-            mapped.iter().find(|(_, m)| m.gguf == gguf).map(|(i, _)| &ckpt.tensors[*i])
+            mapped
+                .iter()
+                .find(|(_, m)| m.gguf == gguf)
+                .map(|(i, _)| &ckpt.tensors[*i])
         };
 
         // 2. Geometry from the config, cross-checked against the tensors.
         let h = c.hidden_size.value;
         let n_layers = c.num_hidden_layers.value;
-        let (n_head, n_head_kv, hd) = (c.num_attention_heads.value, c.num_key_value_heads.value, c.head_dim.value);
+        let (n_head, n_head_kv, hd) = (
+            c.num_attention_heads.value,
+            c.num_key_value_heads.value,
+            c.head_dim.value,
+        );
         if n_head_kv > n_head || n_head % n_head_kv != 0 {
             return Err(cfg_err(
                 &c.num_key_value_heads.from,
@@ -262,16 +280,32 @@ impl Plan {
         let n_ff = c.intermediate_size.value;
         let n_cap = c.target_layer_ids.value.len() as u64;
         if let Some(depth) = &c.num_target_layers {
-            if let Some(bad) = c.target_layer_ids.value.iter().find(|&&id| id >= depth.value) {
+            if let Some(bad) = c
+                .target_layer_ids
+                .value
+                .iter()
+                .find(|&&id| id >= depth.value)
+            {
                 return Err(cfg_err(
                     &c.target_layer_ids.from,
-                    format!("captured layer {bad} is outside the target's {} layers ({})", depth.value, depth.from),
+                    format!(
+                        "captured layer {bad} is outside the target's {} layers ({})",
+                        depth.value, depth.from
+                    ),
                 ));
             }
         }
         let mut seen = BTreeSet::new();
-        if let Some(dup) = c.target_layer_ids.value.iter().find(|id| !seen.insert(**id)) {
-            return Err(cfg_err(&c.target_layer_ids.from, format!("layer {dup} is captured twice")));
+        if let Some(dup) = c
+            .target_layer_ids
+            .value
+            .iter()
+            .find(|id| !seen.insert(**id))
+        {
+            return Err(cfg_err(
+                &c.target_layer_ids.from,
+                format!("layer {dup} is captured twice"),
+            ));
         }
 
         let mut expect: Vec<(String, Vec<u64>)> = vec![
@@ -302,15 +336,32 @@ impl Plan {
         let mut markov_rank = None;
         let mut markov_vocab = None;
         if c.has_markov() || has_w1 || has_w2 {
-            let (w1, w2) = match (source_of("dflash.dspark.markov.w1"), source_of("dflash.dspark.markov.w2")) {
+            let (w1, w2) = match (
+                source_of("dflash.dspark.markov.w1"),
+                source_of("dflash.dspark.markov.w2"),
+            ) {
                 (Some(a), Some(b)) => (a, b),
-                (None, _) => return Err(ConvertError::tensor("markov_head.markov_w1.weight", "missing: the Markov head needs both w1 and w2")),
-                (_, None) => return Err(ConvertError::tensor("markov_head.markov_w2.weight", "missing: the Markov head needs both w1 and w2")),
+                (None, _) => {
+                    return Err(ConvertError::tensor(
+                        "markov_head.markov_w1.weight",
+                        "missing: the Markov head needs both w1 and w2",
+                    ))
+                }
+                (_, None) => {
+                    return Err(ConvertError::tensor(
+                        "markov_head.markov_w2.weight",
+                        "missing: the Markov head needs both w1 and w2",
+                    ))
+                }
             };
             if w1.shape.len() != 2 || w2.shape.len() != 2 {
                 return Err(ConvertError::tensor(
                     &w1.name,
-                    format!("Markov matrices must be 2-D [vocab, rank], found {} and {}", shape_str(&w1.shape), shape_str(&w2.shape)),
+                    format!(
+                        "Markov matrices must be 2-D [vocab, rank], found {} and {}",
+                        shape_str(&w1.shape),
+                        shape_str(&w2.shape)
+                    ),
                 ));
             }
             let r = match &c.markov_rank {
@@ -346,10 +397,16 @@ impl Plan {
         let has_cb = present.contains("dflash.dspark.confidence.bias");
         if conf_cfg || has_cw || has_cb {
             if !has_cw {
-                return Err(ConvertError::tensor("confidence_head.proj.weight", "missing: the confidence head needs a weight and a bias"));
+                return Err(ConvertError::tensor(
+                    "confidence_head.proj.weight",
+                    "missing: the confidence head needs a weight and a bias",
+                ));
             }
             if !has_cb {
-                return Err(ConvertError::tensor("confidence_head.proj.bias", "missing: the confidence head needs a weight and a bias"));
+                return Err(ConvertError::tensor(
+                    "confidence_head.proj.bias",
+                    "missing: the confidence head needs a weight and a bias",
+                ));
             }
             let with_markov = match &c.confidence_head_with_markov {
                 Some(w) => w.value,
@@ -382,7 +439,10 @@ impl Plan {
             if !expected_names.contains(m.gguf.as_str()) {
                 let t = &ckpt.tensors[*i];
                 let why = match m.layer {
-                    Some(l) if l >= n_layers => format!("layer {l} does not exist: {} says {n_layers} layers", c.num_hidden_layers.from),
+                    Some(l) if l >= n_layers => format!(
+                        "layer {l} does not exist: {} says {n_layers} layers",
+                        c.num_hidden_layers.from
+                    ),
                     _ => "not expected by this config".to_string(),
                 };
                 return Err(ConvertError::tensor(&t.name, why));
@@ -393,26 +453,45 @@ impl Plan {
             let (idx, m) = mapped
                 .iter()
                 .find(|(_, m)| m.gguf == *gguf)
-                .ok_or_else(|| ConvertError::tensor(gguf_to_source_hint(gguf), format!("missing (GGUF `{gguf}`)")))?;
+                .ok_or_else(|| {
+                    ConvertError::tensor(
+                        gguf_to_source_hint(gguf),
+                        format!("missing (GGUF `{gguf}`)"),
+                    )
+                })?;
             let t = &ckpt.tensors[*idx];
             if t.shape != *shape {
                 return Err(ConvertError::tensor(
                     &t.name,
-                    format!("shape {} does not match the config, expected {}", shape_str(&t.shape), shape_str(shape)),
+                    format!(
+                        "shape {} does not match the config, expected {}",
+                        shape_str(&t.shape),
+                        shape_str(shape)
+                    ),
                 ));
             }
             let dtype = t.dtype.clone().map_err(|d| {
-                ConvertError::tensor(&t.name, format!("dtype {d} is not supported (expected BF16, F16 or F32)"))
+                ConvertError::tensor(
+                    &t.name,
+                    format!("dtype {d} is not supported (expected BF16, F16 or F32)"),
+                )
             })?;
             let dims: Vec<u64> = shape.iter().rev().copied().collect();
             let policy = match m.role {
                 Role::Norm | Role::ConfidenceWeight | Role::ConfidenceBias => GgmlType::F32,
-                Role::Projection | Role::Markov | Role::Embedding | Role::LmHead => options.outtype.matrix_type(),
+                Role::Projection | Role::Markov | Role::Embedding | Role::LmHead => {
+                    options.outtype.matrix_type()
+                }
             };
             let (ty, fallback) = if dims[0] % policy.block_size() != 0 {
                 (
                     GgmlType::F16,
-                    Some(format!("row length {} is not a multiple of {}'s block size {}", dims[0], policy, policy.block_size())),
+                    Some(format!(
+                        "row length {} is not a multiple of {}'s block size {}",
+                        dims[0],
+                        policy,
+                        policy.block_size()
+                    )),
                 )
             } else {
                 (policy, None)
@@ -450,7 +529,10 @@ impl Plan {
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "model".to_string());
-        let repository = options.source_repo.clone().unwrap_or_else(|| folder.clone());
+        let repository = options
+            .source_repo
+            .clone()
+            .unwrap_or_else(|| folder.clone());
         let name = options.name.clone().unwrap_or_else(|| {
             options
                 .source_repo
@@ -481,25 +563,37 @@ impl Plan {
         let o = &self.options;
         let mut m: Vec<MetaEntry> = Vec::new();
         let mut put = |key: &str, value: Value, from: &str| {
-            m.push(MetaEntry { key: key.to_string(), value, from: from.to_string() });
+            m.push(MetaEntry {
+                key: key.to_string(),
+                value,
+                from: from.to_string(),
+            });
         };
         let a = |k: &str| format!("{ARCH}.{k}");
         let u32_of = |s: &Sourced<u64>| -> Result<Value> {
-            u32::try_from(s.value).map(Value::U32).map_err(|_| ConvertError::Config {
-                path: c.path.clone(),
-                key: s.from.clone(),
-                msg: format!("{} does not fit in a UINT32", s.value),
-            })
+            u32::try_from(s.value)
+                .map(Value::U32)
+                .map_err(|_| ConvertError::Config {
+                    path: c.path.clone(),
+                    key: s.from.clone(),
+                    msg: format!("{} does not fit in a UINT32", s.value),
+                })
         };
         let small = |n: u64, what: &str| -> Result<Value> {
-            u32::try_from(n).map(Value::U32).map_err(|_| ConvertError::Config {
-                path: c.path.clone(),
-                key: what.to_string(),
-                msg: format!("{n} does not fit in a UINT32"),
-            })
+            u32::try_from(n)
+                .map(Value::U32)
+                .map_err(|_| ConvertError::Config {
+                    path: c.path.clone(),
+                    key: what.to_string(),
+                    msg: format!("{n} does not fit in a UINT32"),
+                })
         };
 
-        put("general.architecture", Value::String(ARCH.into()), "default");
+        put(
+            "general.architecture",
+            Value::String(ARCH.into()),
+            "default",
+        );
         put("general.type", Value::String("model".into()), "default");
         let name_from = if o.name.is_some() {
             "option: --name"
@@ -509,56 +603,164 @@ impl Plan {
             "derived: source folder name"
         };
         put("general.name", Value::String(self.name.clone()), name_from);
-        put("general.size_label", Value::String(size_label(self.parameters)), "derived: parameter count");
-        put("general.file_type", Value::U32(o.outtype.file_type()), "option: --outtype");
+        put(
+            "general.size_label",
+            Value::String(size_label(self.parameters)),
+            "derived: parameter count",
+        );
+        put(
+            "general.file_type",
+            Value::U32(o.outtype.file_type()),
+            "option: --outtype",
+        );
         put("general.quantization_version", Value::U32(2), "default");
         if let Some(repo) = &o.source_repo {
             let url = format!("https://huggingface.co/{repo}");
-            put("general.source.repo_url", Value::String(url.clone()), "option: --source-repo");
+            put(
+                "general.source.repo_url",
+                Value::String(url.clone()),
+                "option: --source-repo",
+            );
             let (org, base) = repo.split_once('/').unwrap_or(("", repo.as_str()));
-            put("general.base_model.count", Value::U32(1), "option: --source-repo");
-            put("general.base_model.0.name", Value::String(base.to_string()), "option: --source-repo");
+            put(
+                "general.base_model.count",
+                Value::U32(1),
+                "option: --source-repo",
+            );
+            put(
+                "general.base_model.0.name",
+                Value::String(base.to_string()),
+                "option: --source-repo",
+            );
             if !org.is_empty() {
-                put("general.base_model.0.organization", Value::String(org.to_string()), "option: --source-repo");
+                put(
+                    "general.base_model.0.organization",
+                    Value::String(org.to_string()),
+                    "option: --source-repo",
+                );
             }
-            put("general.base_model.0.repo_url", Value::String(url), "option: --source-repo");
+            put(
+                "general.base_model.0.repo_url",
+                Value::String(url),
+                "option: --source-repo",
+            );
         }
-        let kind = if g.markov_rank.is_some() { "dspark" } else { "dflash" };
+        let kind = if g.markov_rank.is_some() {
+            "dspark"
+        } else {
+            "dflash"
+        };
         put(
             "general.tags",
-            Value::Array(Array::String(vec![kind.into(), "speculative-decoding".into(), o.outtype.label().to_ascii_lowercase()])),
+            Value::Array(Array::String(vec![
+                kind.into(),
+                "speculative-decoding".into(),
+                o.outtype.label().to_ascii_lowercase(),
+            ])),
             "derived: heads present and --outtype",
         );
 
-        put(&a("context_length"), u32_of(&c.max_position_embeddings)?, &c.max_position_embeddings.from);
-        put(&a("embedding_length"), u32_of(&c.hidden_size)?, &c.hidden_size.from);
-        put(&a("block_count"), u32_of(&c.num_hidden_layers)?, &c.num_hidden_layers.from);
-        put(&a("feed_forward_length"), u32_of(&c.intermediate_size)?, &c.intermediate_size.from);
-        put(&a("attention.head_count"), u32_of(&c.num_attention_heads)?, &c.num_attention_heads.from);
-        put(&a("attention.head_count_kv"), u32_of(&c.num_key_value_heads)?, &c.num_key_value_heads.from);
-        put(&a("attention.key_length"), u32_of(&c.head_dim)?, &c.head_dim.from);
-        put(&a("attention.value_length"), u32_of(&c.head_dim)?, &c.head_dim.from);
-        put(&a("attention.layer_norm_rms_epsilon"), Value::F32(c.rms_norm_eps.value as f32), &c.rms_norm_eps.from);
-        put(&a("rope.freq_base"), Value::F32(c.rope_theta.value as f32), &c.rope_theta.from);
+        put(
+            &a("context_length"),
+            u32_of(&c.max_position_embeddings)?,
+            &c.max_position_embeddings.from,
+        );
+        put(
+            &a("embedding_length"),
+            u32_of(&c.hidden_size)?,
+            &c.hidden_size.from,
+        );
+        put(
+            &a("block_count"),
+            u32_of(&c.num_hidden_layers)?,
+            &c.num_hidden_layers.from,
+        );
+        put(
+            &a("feed_forward_length"),
+            u32_of(&c.intermediate_size)?,
+            &c.intermediate_size.from,
+        );
+        put(
+            &a("attention.head_count"),
+            u32_of(&c.num_attention_heads)?,
+            &c.num_attention_heads.from,
+        );
+        put(
+            &a("attention.head_count_kv"),
+            u32_of(&c.num_key_value_heads)?,
+            &c.num_key_value_heads.from,
+        );
+        put(
+            &a("attention.key_length"),
+            u32_of(&c.head_dim)?,
+            &c.head_dim.from,
+        );
+        put(
+            &a("attention.value_length"),
+            u32_of(&c.head_dim)?,
+            &c.head_dim.from,
+        );
+        put(
+            &a("attention.layer_norm_rms_epsilon"),
+            Value::F32(c.rms_norm_eps.value as f32),
+            &c.rms_norm_eps.from,
+        );
+        put(
+            &a("rope.freq_base"),
+            Value::F32(c.rope_theta.value as f32),
+            &c.rope_theta.from,
+        );
         if let Some(rs) = &c.rope_scaling {
-            put(&a("rope.scaling.type"), Value::String(rs.rope_type.value.clone()), &rs.rope_type.from);
-            put(&a("rope.scaling.factor"), Value::F32(rs.factor.value as f32), &rs.factor.from);
+            put(
+                &a("rope.scaling.type"),
+                Value::String(rs.rope_type.value.clone()),
+                &rs.rope_type.from,
+            );
+            put(
+                &a("rope.scaling.factor"),
+                Value::F32(rs.factor.value as f32),
+                &rs.factor.from,
+            );
             if let Some(orig) = &rs.original_max_position_embeddings {
-                put(&a("rope.scaling.original_context_length"), u32_of(orig)?, &orig.from);
+                put(
+                    &a("rope.scaling.original_context_length"),
+                    u32_of(orig)?,
+                    &orig.from,
+                );
             }
             if let Some(b) = &rs.beta_fast {
-                put(&a("rope.scaling.yarn_beta_fast"), Value::F32(b.value as f32), &b.from);
+                put(
+                    &a("rope.scaling.yarn_beta_fast"),
+                    Value::F32(b.value as f32),
+                    &b.from,
+                );
             }
             if let Some(b) = &rs.beta_slow {
-                put(&a("rope.scaling.yarn_beta_slow"), Value::F32(b.value as f32), &b.from);
+                put(
+                    &a("rope.scaling.yarn_beta_slow"),
+                    Value::F32(b.value as f32),
+                    &b.from,
+                );
             }
             if let Some(f) = &rs.attention_factor {
-                put(&a("rope.scaling.attn_factor"), Value::F32(f.value as f32), &f.from);
+                put(
+                    &a("rope.scaling.attn_factor"),
+                    Value::F32(f.value as f32),
+                    &f.from,
+                );
             }
         }
         put(&a("vocab_size"), u32_of(&c.vocab_size)?, &c.vocab_size.from);
-        put(&a("dflash.block_size"), u32_of(&c.block_size)?, &c.block_size.from);
-        put(&a("dflash.n_target_layers"), small(g.n_cap, "target_layer_ids")?, &format!("derived: length of {}", c.target_layer_ids.from));
+        put(
+            &a("dflash.block_size"),
+            u32_of(&c.block_size)?,
+            &c.block_size.from,
+        );
+        put(
+            &a("dflash.n_target_layers"),
+            small(g.n_cap, "target_layer_ids")?,
+            &format!("derived: length of {}", c.target_layer_ids.from),
+        );
         put(
             &a("dflash.n_target_features"),
             small(g.n_cap * g.hidden, "fc.weight")?,
@@ -566,55 +768,135 @@ impl Plan {
         );
         put(
             &a("dflash.target_layer_ids"),
-            Value::Array(Array::I32(c.target_layer_ids.value.iter().map(|&x| x as i32).collect())),
+            Value::Array(Array::I32(
+                c.target_layer_ids.value.iter().map(|&x| x as i32).collect(),
+            )),
             &c.target_layer_ids.from,
         );
         if let Some(depth) = &c.num_target_layers {
             put(&a("dflash.target_block_count"), u32_of(depth)?, &depth.from);
         }
-        let target_hidden_from = c.target_hidden_size.as_ref().map_or("derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(), |t| t.from.clone());
-        put(&a("dflash.target_hidden_size"), u32_of(&c.hidden_size)?, &target_hidden_from);
+        let target_hidden_from = c.target_hidden_size.as_ref().map_or(
+            "derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(),
+            |t| t.from.clone(),
+        );
+        put(
+            &a("dflash.target_hidden_size"),
+            u32_of(&c.hidden_size)?,
+            &target_hidden_from,
+        );
         if let Some(mask) = &c.mask_token_id {
             put(&a("dflash.mask_token_id"), u32_of(mask)?, &mask.from);
         }
         let (anchor, anchor_from) = match &c.sample_from_anchor {
             Some(s) => (s.value, s.from.clone()),
-            None => (g.markov_rank.is_some(), "derived: true with a Markov head (DSpark), false without (DFlash)".to_string()),
+            None => (
+                g.markov_rank.is_some(),
+                "derived: true with a Markov head (DSpark), false without (DFlash)".to_string(),
+            ),
         };
-        put(&a("dflash.sample_from_anchor"), Value::Bool(anchor), &anchor_from);
+        put(
+            &a("dflash.sample_from_anchor"),
+            Value::Bool(anchor),
+            &anchor_from,
+        );
         if let (Some(r), Some(v)) = (g.markov_rank, g.markov_vocab) {
-            put(&a("dflash.dspark.enabled"), Value::U32(1), "derived: Markov head tensors present");
-            let rank_from = c.markov_rank.as_ref().map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
-            put(&a("dflash.dspark.markov_rank"), small(r, "markov_rank")?, &rank_from);
-            put(&a("dflash.dspark.vocab_size"), small(v, "vocab_size")?, "derived: markov_w2 rows");
+            put(
+                &a("dflash.dspark.enabled"),
+                Value::U32(1),
+                "derived: Markov head tensors present",
+            );
+            let rank_from = c
+                .markov_rank
+                .as_ref()
+                .map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
+            put(
+                &a("dflash.dspark.markov_rank"),
+                small(r, "markov_rank")?,
+                &rank_from,
+            );
+            put(
+                &a("dflash.dspark.vocab_size"),
+                small(v, "vocab_size")?,
+                "derived: markov_w2 rows",
+            );
             if let Some(cd) = g.confidence_dim {
-                put(&a("dflash.dspark.confidence_dim"), small(cd, "confidence_head.proj.weight")?, "derived: confidence_head.proj.weight columns");
+                put(
+                    &a("dflash.dspark.confidence_dim"),
+                    small(cd, "confidence_head.proj.weight")?,
+                    "derived: confidence_head.proj.weight columns",
+                );
             }
-            let head_type_from = c.markov_head_type.as_ref().map_or("default".to_string(), |s| s.from.clone());
-            put(&a("dflash.dspark.markov_head_type"), Value::String("vanilla".into()), &head_type_from);
+            let head_type_from = c
+                .markov_head_type
+                .as_ref()
+                .map_or("default".to_string(), |s| s.from.clone());
+            put(
+                &a("dflash.dspark.markov_head_type"),
+                Value::String("vanilla".into()),
+                &head_type_from,
+            );
             let with_markov = g.confidence_dim.is_some_and(|cd| cd != g.hidden);
-            let wm_from = c.confidence_head_with_markov.as_ref().map_or("derived: confidence width = hidden + rank".to_string(), |s| s.from.clone());
-            put(&a("dflash.dspark.confidence_with_markov"), Value::Bool(with_markov), &wm_from);
+            let wm_from = c.confidence_head_with_markov.as_ref().map_or(
+                "derived: confidence width = hidden + rank".to_string(),
+                |s| s.from.clone(),
+            );
+            put(
+                &a("dflash.dspark.confidence_with_markov"),
+                Value::Bool(with_markov),
+                &wm_from,
+            );
         } else if let Some(cd) = g.confidence_dim {
-            put(&a("dflash.dspark.confidence_dim"), small(cd, "confidence_head.proj.weight")?, "derived: confidence_head.proj.weight columns");
+            put(
+                &a("dflash.dspark.confidence_dim"),
+                small(cd, "confidence_head.proj.weight")?,
+                "derived: confidence_head.proj.weight columns",
+            );
         }
 
-        let repo_from = if o.source_repo.is_some() { "option: --source-repo" } else { "derived: source folder name" };
-        put("provenance.source.repository", Value::String(self.repository.clone()), repo_from);
+        let repo_from = if o.source_repo.is_some() {
+            "option: --source-repo"
+        } else {
+            "derived: source folder name"
+        };
+        put(
+            "provenance.source.repository",
+            Value::String(self.repository.clone()),
+            repo_from,
+        );
         let (rev, rev_from) = match &o.source_revision {
             Some(r) => (r.clone(), "option: --source-revision"),
             None => ("unknown".to_string(), "default"),
         };
         put("provenance.source.revision", Value::String(rev), rev_from);
-        put("provenance.source.files", Value::Array(Array::String(self.source_files.clone())), "derived: source weight files");
+        put(
+            "provenance.source.files",
+            Value::Array(Array::String(self.source_files.clone())),
+            "derived: source weight files",
+        );
         put(
             "provenance.source.sha256",
-            Value::Array(Array::String(vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()])),
+            Value::Array(Array::String(vec![
+                HASH_PLACEHOLDER.to_string();
+                self.source_files.len()
+            ])),
             "derived: SHA256 of each source weight file",
         );
-        put("provenance.source.parameters", Value::U64(self.parameters), "derived: sum of converted tensor elements");
-        put("provenance.converter", Value::String(converter_version()), "default");
-        put("provenance.policy", Value::String(o.outtype.policy()), "option: --outtype");
+        put(
+            "provenance.source.parameters",
+            Value::U64(self.parameters),
+            "derived: sum of converted tensor elements",
+        );
+        put(
+            "provenance.converter",
+            Value::String(converter_version()),
+            "default",
+        );
+        put(
+            "provenance.policy",
+            Value::String(o.outtype.policy()),
+            "option: --outtype",
+        );
         Ok(m)
     }
 
@@ -622,7 +904,9 @@ impl Plan {
     pub fn metadata(&self, source_sha256: &[String]) -> Vec<MetaEntry> {
         let mut m = self.meta.clone();
         assert_eq!(source_sha256.len(), self.source_files.len());
-        assert!(source_sha256.iter().all(|h| h.len() == HASH_PLACEHOLDER.len()));
+        assert!(source_sha256
+            .iter()
+            .all(|h| h.len() == HASH_PLACEHOLDER.len()));
         for e in &mut m {
             if e.key == "provenance.source.sha256" {
                 e.value = Value::Array(Array::String(source_sha256.to_vec()));
@@ -635,18 +919,24 @@ impl Plan {
     pub fn header(&self, source_sha256: &[String]) -> Header {
         let mut h = Header::new();
         for e in self.metadata(source_sha256) {
-            h.push_kv(e.key, e.value).expect("plan keys are unique and well-formed");
+            h.push_kv(e.key, e.value)
+                .expect("plan keys are unique and well-formed");
         }
         for t in &self.tensors {
-            h.push_tensor(TensorInfo { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty })
-                .expect("plan tensors were checked");
+            h.push_tensor(TensorInfo {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                ty: t.ty,
+            })
+            .expect("plan tensors were checked");
         }
         h
     }
 
     /// Where everything goes; identical for any source hashes.
     pub fn layout(&self) -> Layout {
-        self.header(&vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()]).layout()
+        self.header(&vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()])
+            .layout()
     }
 
     /// Tensor count per output type, in type-id order.
@@ -700,7 +990,9 @@ pub fn size_label(n: u64) -> String {
         x if x >= 1e6 => (x / 1e6, "M"),
         x => (x / 1e3, "K"),
     };
-    let int_digits = format!("{}", scaled.round() as u64).trim_start_matches('0').len();
+    let int_digits = format!("{}", scaled.round() as u64)
+        .trim_start_matches('0')
+        .len();
     let decimals = 2usize.saturating_sub(int_digits);
     format!("{scaled:.decimals$}{suffix}")
 }

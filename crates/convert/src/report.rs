@@ -127,7 +127,11 @@ pub fn same_figure(a: f64, b: f64) -> bool {
 
 /// An f32 as the JSON number that prints like the f32 (1e-5, not 9.99999974e-6).
 pub fn f32_json(x: f32) -> Json {
-    format!("{x}").parse::<f64>().ok().and_then(Number::from_f64).map_or(Json::Null, Json::Number)
+    format!("{x}")
+        .parse::<f64>()
+        .ok()
+        .and_then(Number::from_f64)
+        .map_or(Json::Null, Json::Number)
 }
 
 fn f64_json(x: f64) -> Json {
@@ -190,7 +194,12 @@ pub fn error_summary(plan: &Plan, result: &WriteResult) -> (f64, f64, Option<Str
 
 impl Report {
     /// Builds the report of a finished conversion.
-    pub fn new(plan: &Plan, result: &WriteResult, source_sizes: &[u64], output_file: &str) -> Report {
+    pub fn new(
+        plan: &Plan,
+        result: &WriteResult,
+        source_sizes: &[u64],
+        output_file: &str,
+    ) -> Report {
         let layout = plan.layout();
         let mut dtypes: Map<String, Json> = Map::new();
         for t in &plan.tensors {
@@ -203,7 +212,11 @@ impl Report {
         let metadata = plan.metadata(&result.source_sha256);
         let geometry: Map<String, Json> = metadata
             .iter()
-            .filter_map(|m| m.key.strip_prefix(&format!("{ARCH}.")).map(|k| (k.to_string(), value_json(&m.value))))
+            .filter_map(|m| {
+                m.key
+                    .strip_prefix(&format!("{ARCH}."))
+                    .map(|k| (k.to_string(), value_json(&m.value)))
+            })
             .collect();
         let (rms, max, max_tensor) = error_summary(plan, result);
         Report {
@@ -211,7 +224,11 @@ impl Report {
             converter: converter_version(),
             source: SourceSection {
                 repository: plan.repository.clone(),
-                revision: plan.options.source_revision.clone().unwrap_or_else(|| "unknown".into()),
+                revision: plan
+                    .options
+                    .source_revision
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into()),
                 format: "safetensors".into(),
                 dtypes: dtypes_sorted.into_iter().collect(),
                 files: plan
@@ -219,7 +236,11 @@ impl Report {
                     .iter()
                     .zip(source_sizes)
                     .zip(&result.source_sha256)
-                    .map(|((name, &size_bytes), sha)| SourceFile { name: name.clone(), size_bytes, sha256: sha.clone() })
+                    .map(|((name, &size_bytes), sha)| SourceFile {
+                        name: name.clone(),
+                        size_bytes,
+                        sha256: sha.clone(),
+                    })
                     .collect(),
                 size_bytes: source_size,
                 parameters: plan.parameters,
@@ -232,13 +253,32 @@ impl Report {
                 size_bytes: result.output_size,
                 sha256: result.output_sha256.clone(),
             },
-            output_to_source_ratio: if source_size == 0 { 0.0 } else { result.output_size as f64 / source_size as f64 },
-            tensor_counts: plan.type_counts().into_iter().map(|(ty, n)| (ty.name().to_string(), json!(n))).collect(),
-            error: ErrorSection { metric: "relative_rmse".into(), elements: "all".into(), rms, max, max_tensor },
+            output_to_source_ratio: if source_size == 0 {
+                0.0
+            } else {
+                result.output_size as f64 / source_size as f64
+            },
+            tensor_counts: plan
+                .type_counts()
+                .into_iter()
+                .map(|(ty, n)| (ty.name().to_string(), json!(n)))
+                .collect(),
+            error: ErrorSection {
+                metric: "relative_rmse".into(),
+                elements: "all".into(),
+                rms,
+                max,
+                max_tensor,
+            },
             geometry,
             metadata: metadata
                 .iter()
-                .map(|m| MetaRecord { key: m.key.clone(), ty: m.value.type_name(), value: value_json(&m.value), from: m.from.clone() })
+                .map(|m| MetaRecord {
+                    key: m.key.clone(),
+                    ty: m.value.type_name(),
+                    value: value_json(&m.value),
+                    from: m.from.clone(),
+                })
                 .collect(),
             tensors: plan
                 .tensors

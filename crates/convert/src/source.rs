@@ -45,7 +45,10 @@ impl SourceLayout {
         let index_path = dir.join(INDEX_FILE);
         if index_path.exists() {
             let text = std::fs::read(&index_path).map_err(|e| ConvertError::io(&index_path, e))?;
-            let bad = |msg: String| ConvertError::Source { path: index_path.clone(), msg };
+            let bad = |msg: String| ConvertError::Source {
+                path: index_path.clone(),
+                msg,
+            };
             let json: serde_json::Value =
                 serde_json::from_slice(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
             let map = json
@@ -57,8 +60,14 @@ impl SourceLayout {
                 let file = file
                     .as_str()
                     .ok_or_else(|| bad(format!("weight_map[`{tensor}`] is not a file name")))?;
-                if file.is_empty() || file.contains('/') || file.contains('\\') || file.starts_with('.') {
-                    return Err(bad(format!("weight_map[`{tensor}`] = `{file}` is not a plain file name in this folder")));
+                if file.is_empty()
+                    || file.contains('/')
+                    || file.contains('\\')
+                    || file.starts_with('.')
+                {
+                    return Err(bad(format!(
+                        "weight_map[`{tensor}`] = `{file}` is not a plain file name in this folder"
+                    )));
                 }
                 weight_map.insert(tensor.clone(), file.to_string());
             }
@@ -68,7 +77,11 @@ impl SourceLayout {
             let mut files: Vec<String> = weight_map.values().cloned().collect();
             files.sort();
             files.dedup();
-            return Ok(SourceLayout { dir: dir.to_path_buf(), files, weight_map: Some(weight_map) });
+            return Ok(SourceLayout {
+                dir: dir.to_path_buf(),
+                files,
+                weight_map: Some(weight_map),
+            });
         }
         let single = dir.join(SINGLE_FILE);
         if !single.exists() {
@@ -77,7 +90,11 @@ impl SourceLayout {
                 msg: format!("neither {SINGLE_FILE} nor {INDEX_FILE} found"),
             });
         }
-        Ok(SourceLayout { dir: dir.to_path_buf(), files: vec![SINGLE_FILE.to_string()], weight_map: None })
+        Ok(SourceLayout {
+            dir: dir.to_path_buf(),
+            files: vec![SINGLE_FILE.to_string()],
+            weight_map: None,
+        })
     }
 
     /// Full path of weight file `i`.
@@ -134,7 +151,11 @@ fn dtype_of(d: Dtype) -> std::result::Result<SourceDtype, String> {
 impl<'a> Checkpoint<'a> {
     /// Validates the weight files (`files[i]` holds the bytes of `layout.files[i]`).
     pub fn parse(layout: SourceLayout, files: &[&'a [u8]]) -> Result<Checkpoint<'a>> {
-        assert_eq!(files.len(), layout.files.len(), "one byte slice per weight file");
+        assert_eq!(
+            files.len(),
+            layout.files.len(),
+            "one byte slice per weight file"
+        );
         let mut tensors: Vec<SourceTensor<'a>> = Vec::new();
         let mut owner: BTreeMap<String, usize> = BTreeMap::new();
         for (i, bytes) in files.iter().enumerate() {
@@ -167,13 +188,18 @@ impl<'a> Checkpoint<'a> {
                     None => {
                         return Err(ConvertError::Source {
                             path: index_path,
-                            msg: format!("weight_map lists `{tensor}` in {file}, but no shard holds it"),
+                            msg: format!(
+                                "weight_map lists `{tensor}` in {file}, but no shard holds it"
+                            ),
                         })
                     }
                     Some(&i) if layout.files[i] != *file => {
                         return Err(ConvertError::Source {
                             path: index_path,
-                            msg: format!("weight_map puts `{tensor}` in {file}, but it is in {}", layout.files[i]),
+                            msg: format!(
+                                "weight_map puts `{tensor}` in {file}, but it is in {}",
+                                layout.files[i]
+                            ),
                         })
                     }
                     Some(_) => {}
@@ -183,7 +209,9 @@ impl<'a> Checkpoint<'a> {
                 if !map.contains_key(tensor) {
                     return Err(ConvertError::Source {
                         path: layout.path(i),
-                        msg: format!("holds `{tensor}`, which the index's weight_map does not list"),
+                        msg: format!(
+                            "holds `{tensor}`, which the index's weight_map does not list"
+                        ),
                     });
                 }
             }

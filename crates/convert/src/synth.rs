@@ -122,9 +122,18 @@ impl SynthGeometry {
             ("fc.weight".into(), vec![h, n_cap * h]),
             ("hidden_norm.weight".into(), vec![h]),
             ("norm.weight".into(), vec![h]),
-            ("markov_head.markov_w1.weight".into(), vec![self.vocab, self.markov_rank]),
-            ("markov_head.markov_w2.weight".into(), vec![self.vocab, self.markov_rank]),
-            ("confidence_head.proj.weight".into(), vec![1, h + self.markov_rank]),
+            (
+                "markov_head.markov_w1.weight".into(),
+                vec![self.vocab, self.markov_rank],
+            ),
+            (
+                "markov_head.markov_w2.weight".into(),
+                vec![self.vocab, self.markov_rank],
+            ),
+            (
+                "confidence_head.proj.weight".into(),
+                vec![1, h + self.markov_rank],
+            ),
             ("confidence_head.proj.bias".into(), vec![1]),
         ];
         for i in 0..self.layers {
@@ -148,7 +157,10 @@ impl SynthGeometry {
 
     /// Total parameters.
     pub fn parameters(&self) -> u64 {
-        self.tensors().iter().map(|(_, s)| s.iter().product::<u64>()).sum()
+        self.tensors()
+            .iter()
+            .map(|(_, s)| s.iter().product::<u64>())
+            .sum()
     }
 
     /// The SpecForge-style `config.json`.
@@ -228,7 +240,10 @@ fn safetensors_header(tensors: &[(String, Vec<u64>)]) -> Vec<u8> {
     let mut offset = 0u64;
     for (name, shape) in tensors {
         let bytes = shape.iter().product::<u64>() * 2;
-        map.insert(name.clone(), json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}));
+        map.insert(
+            name.clone(),
+            json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
         offset += bytes;
     }
     let mut text = serde_json::to_vec(&serde_json::Value::Object(map)).expect("header serializes");
@@ -243,10 +258,18 @@ fn safetensors_header(tensors: &[(String, Vec<u64>)]) -> Vec<u8> {
 /// Writes `config.json` and `model.safetensors` of `geometry` into `out_dir`.
 /// `progress` receives the data bytes written so far and the total; returning `false`
 /// cancels the run (nothing is left behind).
-pub fn write_synth(geometry: &SynthGeometry, out_dir: &Path, seed: u64, progress: &dyn Fn(u64, u64) -> bool) -> Result<()> {
+pub fn write_synth(
+    geometry: &SynthGeometry,
+    out_dir: &Path,
+    seed: u64,
+    progress: &dyn Fn(u64, u64) -> bool,
+) -> Result<()> {
     std::fs::create_dir_all(out_dir).map_err(|e| ConvertError::io(out_dir, e))?;
     let tensors = geometry.tensors();
-    let total: u64 = tensors.iter().map(|(_, s)| s.iter().product::<u64>() * 2).sum();
+    let total: u64 = tensors
+        .iter()
+        .map(|(_, s)| s.iter().product::<u64>() * 2)
+        .sum();
     let st_path = out_dir.join("model.safetensors");
     let tmp = tempfile::Builder::new()
         .prefix(".dspark-synth-")
@@ -266,7 +289,9 @@ pub fn write_synth(geometry: &SynthGeometry, out_dir: &Path, seed: u64, progress
             for first in (0..n_chunks).step_by(batch) {
                 let parts: Vec<Vec<u8>> = (first..(first + batch).min(n_chunks))
                     .into_par_iter()
-                    .map(|c| synth_chunk(seed, name, c as u64, SYNTH_CHUNK.min(n - c * SYNTH_CHUNK)))
+                    .map(|c| {
+                        synth_chunk(seed, name, c as u64, SYNTH_CHUNK.min(n - c * SYNTH_CHUNK))
+                    })
                     .collect();
                 for p in parts {
                     w.write_all(&p).map_err(err)?;
@@ -280,7 +305,8 @@ pub fn write_synth(geometry: &SynthGeometry, out_dir: &Path, seed: u64, progress
         w.flush().map_err(err)?;
     }
     tmp.persist(&st_path).map_err(|e| err(e.error))?;
-    let config = serde_json::to_string_pretty(&geometry.config_json()).expect("config serializes") + "\n";
+    let config =
+        serde_json::to_string_pretty(&geometry.config_json()).expect("config serializes") + "\n";
     let cfg_path = out_dir.join("config.json");
     std::fs::write(&cfg_path, config).map_err(|e| ConvertError::io(&cfg_path, e))?;
     Ok(())
@@ -298,7 +324,11 @@ mod tests {
         // The Python safetensors library writes 6,656 bytes before the data (length + JSON).
         let header = safetensors_header(&g.tensors());
         assert_eq!(header.len(), 6656);
-        let data: u64 = g.tensors().iter().map(|(_, s)| s.iter().product::<u64>() * 2).sum();
+        let data: u64 = g
+            .tensors()
+            .iter()
+            .map(|(_, s)| s.iter().product::<u64>() * 2)
+            .sum();
         assert_eq!(header.len() as u64 + data, 4_498_585_858);
     }
 }

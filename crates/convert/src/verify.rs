@@ -13,13 +13,14 @@ use sha2::{Digest, Sha256};
 use crate::config::DraftConfig;
 use crate::error::Result;
 use crate::names::LAYER_TENSORS;
-use crate::plan::{OutType, Options, Plan};
+use crate::plan::{Options, OutType, Plan};
 use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
 use crate::write::{chunks, compute_chunk, hex};
 
 /// Architecture names the generic `dflash-draft` loader accepts (`gguf-and-contract.md` §5.1).
-pub const ACCEPTED_ARCHS: [&str; 3] = ["dflash-draft", "qwen35-dflash-draft", "gemma4-dflash-draft"];
+pub const ACCEPTED_ARCHS: [&str; 3] =
+    ["dflash-draft", "qwen35-dflash-draft", "gemma4-dflash-draft"];
 
 /// Loader bounds (`gguf-and-contract.md` §5.2).
 const HPARAM_BOUNDS: [(&str, u32); 6] = [
@@ -32,7 +33,8 @@ const HPARAM_BOUNDS: [(&str, u32); 6] = [
 ];
 
 /// Tensor types the runtime and this tool implement.
-const SUPPORTED_TYPES: [GgmlType; 4] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0];
+const SUPPORTED_TYPES: [GgmlType; 4] =
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0];
 
 /// What the contract check learned about the file (valid only when it found nothing).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -71,7 +73,10 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     let arch = match file.get("general.architecture") {
         Some(Value::String(a)) => a.clone(),
         Some(v) => {
-            f.push(format!("general.architecture is {}, expected STRING", v.type_name()));
+            f.push(format!(
+                "general.architecture is {}, expected STRING",
+                v.type_name()
+            ));
             return (s, f);
         }
         None => {
@@ -80,7 +85,9 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
         }
     };
     if !ACCEPTED_ARCHS.contains(&arch.as_str()) {
-        f.push(format!("general.architecture is `{arch}`, expected one of {ACCEPTED_ARCHS:?}"));
+        f.push(format!(
+            "general.architecture is `{arch}`, expected one of {ACCEPTED_ARCHS:?}"
+        ));
         return (s, f);
     }
     s.arch = arch.clone();
@@ -90,7 +97,10 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
         match file.get(k) {
             Some(Value::U32(v)) => Some(*v),
             Some(v) => {
-                f.push(format!("{k} is {}, expected UINT32 (runtimes abort on other types)", v.type_name()));
+                f.push(format!(
+                    "{k} is {}, expected UINT32 (runtimes abort on other types)",
+                    v.type_name()
+                ));
                 None
             }
             None => {
@@ -104,20 +114,24 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     let mut hp = [0u64; 6];
     for (i, (k, max)) in HPARAM_BOUNDS.iter().enumerate() {
         let v = u32_key(&mut f, &key(k), true).unwrap_or(0);
-        if v == 0 || v > *max {
-            if file.get(&key(k)).is_some() {
-                f.push(format!("{} is {v}, expected 1..={max}", key(k)));
-            }
+        if (v == 0 || v > *max) && file.get(&key(k)).is_some() {
+            f.push(format!("{} is {v}, expected 1..={max}", key(k)));
         }
         hp[i] = u64::from(v);
     }
     let [h, n_layers, n_ff, n_head, n_head_kv, hd] = hp;
     if n_head_kv > 0 && (n_head_kv > n_head || n_head % n_head_kv != 0) {
-        f.push(format!("{n_head_kv} KV heads must divide {n_head} query heads"));
+        f.push(format!(
+            "{n_head_kv} KV heads must divide {n_head} query heads"
+        ));
     }
     match file.get(&key("rope.freq_base")) {
         Some(Value::F32(_)) => {}
-        Some(v) => f.push(format!("{} is {}, expected FLOAT32", key("rope.freq_base"), v.type_name())),
+        Some(v) => f.push(format!(
+            "{} is {}, expected FLOAT32",
+            key("rope.freq_base"),
+            v.type_name()
+        )),
         None => f.push(format!("{} is missing", key("rope.freq_base"))),
     }
     let block_size = u32_key(&mut f, &key("dflash.block_size"), true).unwrap_or(0);
@@ -128,7 +142,11 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     let ids = match file.get(&key("dflash.target_layer_ids")) {
         Some(Value::Array(Array::I32(ids))) => ids.clone(),
         Some(v) => {
-            f.push(format!("{} is {}, expected ARRAY[INT32]", key("dflash.target_layer_ids"), v.type_name()));
+            f.push(format!(
+                "{} is {}, expected ARRAY[INT32]",
+                key("dflash.target_layer_ids"),
+                v.type_name()
+            ));
             Vec::new()
         }
         None => {
@@ -137,27 +155,50 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
         }
     };
     if ids.iter().any(|&i| i < 0) {
-        f.push(format!("{} has a negative layer id: {ids:?}", key("dflash.target_layer_ids")));
+        f.push(format!(
+            "{} has a negative layer id: {ids:?}",
+            key("dflash.target_layer_ids")
+        ));
     }
     if !ids.is_empty() && ids.len() as u64 != n_cap_key {
-        f.push(format!("{} has {} ids, but dflash.n_target_layers is {n_cap_key}", key("dflash.target_layer_ids"), ids.len()));
+        f.push(format!(
+            "{} has {} ids, but dflash.n_target_layers is {n_cap_key}",
+            key("dflash.target_layer_ids"),
+            ids.len()
+        ));
     }
     if let Some(depth) = u32_key(&mut f, &key("dflash.target_block_count"), false) {
         if let Some(bad) = ids.iter().find(|&&i| i as i64 >= i64::from(depth)) {
-            f.push(format!("captured layer {bad} is outside the target's {depth} layers"));
+            f.push(format!(
+                "captured layer {bad} is outside the target's {depth} layers"
+            ));
         }
     }
     if let Some(feat) = u32_key(&mut f, &key("dflash.n_target_features"), false) {
         if u64::from(feat) != n_cap_key * h {
-            f.push(format!("{} is {feat}, expected n_target_layers × embedding_length = {}", key("dflash.n_target_features"), n_cap_key * h));
+            f.push(format!(
+                "{} is {feat}, expected n_target_layers × embedding_length = {}",
+                key("dflash.n_target_features"),
+                n_cap_key * h
+            ));
         }
     }
-    for k in ["context_length", "vocab_size", "attention.value_length", "dflash.target_hidden_size", "dflash.mask_token_id"] {
+    for k in [
+        "context_length",
+        "vocab_size",
+        "attention.value_length",
+        "dflash.target_hidden_size",
+        "dflash.mask_token_id",
+    ] {
         u32_key(&mut f, &key(k), false);
     }
     if let Some(v) = file.get(&key("dflash.sample_from_anchor")) {
         if v.as_bool().is_none() {
-            f.push(format!("{} is {}, expected BOOL", key("dflash.sample_from_anchor"), v.type_name()));
+            f.push(format!(
+                "{} is {}, expected BOOL",
+                key("dflash.sample_from_anchor"),
+                v.type_name()
+            ));
         }
     }
     for k in ["general.file_type", "general.quantization_version"] {
@@ -219,12 +260,21 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
         }
     }
     let conf_dim = u32_key(&mut f, &key("dflash.dspark.confidence_dim"), false).unwrap_or(0);
-    if conf_dim != 0 || has("dflash.dspark.confidence.weight") || has("dflash.dspark.confidence.bias") {
+    if conf_dim != 0
+        || has("dflash.dspark.confidence.weight")
+        || has("dflash.dspark.confidence.bias")
+    {
         if let Some(w) = need(&mut f, "dflash.dspark.confidence.weight", None) {
-            let c = if conf_dim != 0 { u64::from(conf_dim) } else { w[0] };
+            let c = if conf_dim != 0 {
+                u64::from(conf_dim)
+            } else {
+                w[0]
+            };
             need(&mut f, "dflash.dspark.confidence.weight", Some(&[c]));
             if c != h && Some(c) != s.markov_rank.map(|r| h + r) {
-                f.push(format!("confidence width {c} is neither hidden ({h}) nor hidden + Markov rank"));
+                f.push(format!(
+                    "confidence width {c} is neither hidden ({h}) nor hidden + Markov rank"
+                ));
             }
             s.confidence_dim = Some(c);
         }
@@ -234,11 +284,18 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     // Types: only implemented ones; norms and the confidence head F32.
     for t in file.tensor_infos() {
         if !SUPPORTED_TYPES.contains(&t.ty) {
-            f.push(format!("tensor `{}` has type {}, expected one of F32, F16, BF16, Q8_0", t.name, t.ty));
+            f.push(format!(
+                "tensor `{}` has type {}, expected one of F32, F16, BF16, Q8_0",
+                t.name, t.ty
+            ));
         }
-        let elementwise = t.name.ends_with("_norm.weight") || t.name.starts_with("dflash.dspark.confidence.");
+        let elementwise =
+            t.name.ends_with("_norm.weight") || t.name.starts_with("dflash.dspark.confidence.");
         if elementwise && t.ty != GgmlType::F32 {
-            f.push(format!("tensor `{}` has type {}, expected F32 (it feeds elementwise ops)", t.name, t.ty));
+            f.push(format!(
+                "tensor `{}` has type {}, expected F32 (it feeds elementwise ops)",
+                t.name, t.ty
+            ));
         }
     }
     // Our own keys, when the file says it was written by dspark.
@@ -258,7 +315,14 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
     };
     match file.get("provenance.source.sha256") {
         Some(Value::Array(Array::String(v))) => {
-            if v.len() != files || v.iter().any(|h| h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())) {
+            if v.len() != files
+                || v.iter().any(|h| {
+                    h.len() != 64
+                        || !h
+                            .bytes()
+                            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                })
+            {
                 f.push("provenance.source.sha256 must hold one lowercase 64-digit hash per source file".into());
             }
         }
@@ -268,12 +332,19 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
         Some(Value::U64(p)) => {
             let total: u64 = file.tensor_infos().iter().map(|t| t.n_elements()).sum();
             if *p != total {
-                f.push(format!("provenance.source.parameters is {p}, but the tensors hold {total}"));
+                f.push(format!(
+                    "provenance.source.parameters is {p}, but the tensors hold {total}"
+                ));
             }
         }
         _ => f.push("provenance.source.parameters is missing or not UINT64".into()),
     }
-    for k in ["provenance.source.repository", "provenance.source.revision", "provenance.policy", "general.name"] {
+    for k in [
+        "provenance.source.repository",
+        "provenance.source.revision",
+        "provenance.policy",
+        "general.name",
+    ] {
         if file.get(k).and_then(Value::as_str).is_none() {
             f.push(format!("{k} is missing or not STRING"));
         }
@@ -284,13 +355,21 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
     }
     // file_type must describe the matrices.
     if let Some(Value::U32(ft)) = file.get("general.file_type") {
-        let want = [OutType::Q8_0, OutType::F16, OutType::BF16, OutType::F32].into_iter().find(|o| o.file_type() == *ft);
+        let want = [OutType::Q8_0, OutType::F16, OutType::BF16, OutType::F32]
+            .into_iter()
+            .find(|o| o.file_type() == *ft);
         match want {
-            None => f.push(format!("general.file_type {ft} is not one this tool writes")),
+            None => f.push(format!(
+                "general.file_type {ft} is not one this tool writes"
+            )),
             Some(o) => {
                 if let Ok(t) = file.tensor("dflash.fc.weight") {
                     if t.info.ty != o.matrix_type() && t.info.ty != GgmlType::F16 {
-                        f.push(format!("general.file_type says {} but dflash.fc.weight is {}", o.file_type_name(), t.info.ty));
+                        f.push(format!(
+                            "general.file_type says {} but dflash.fc.weight is {}",
+                            o.file_type_name(),
+                            t.info.ty
+                        ));
                     }
                 }
             }
@@ -314,7 +393,10 @@ fn canonical_rank(gguf: &str) -> (u32, u64, u32) {
     }
     if let Some(rest) = gguf.strip_prefix("blk.") {
         if let Some((l, suffix)) = rest.split_once('.') {
-            if let (Ok(l), Some(j)) = (l.parse::<u64>(), LAYER_TENSORS.iter().position(|t| t.1 == suffix)) {
+            if let (Ok(l), Some(j)) = (
+                l.parse::<u64>(),
+                LAYER_TENSORS.iter().position(|t| t.1 == suffix),
+            ) {
                 return (1, l, j as u32);
             }
         }
@@ -335,18 +417,33 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub fn check_report(file: &GgufFile<'_>, bytes: &[u8], report: &Report) -> Vec<String> {
     let mut f = Vec::new();
     if report.output.size_bytes != bytes.len() as u64 {
-        f.push(format!("size is {} bytes, the report says {}", bytes.len(), report.output.size_bytes));
+        f.push(format!(
+            "size is {} bytes, the report says {}",
+            bytes.len(),
+            report.output.size_bytes
+        ));
     }
     let sha = sha256_hex(bytes);
     if sha != report.output.sha256 {
-        f.push(format!("SHA256 is {sha}, the report says {}", report.output.sha256));
+        f.push(format!(
+            "SHA256 is {sha}, the report says {}",
+            report.output.sha256
+        ));
     }
     let infos = file.tensor_infos();
     if infos.len() != report.tensors.len() {
-        f.push(format!("{} tensors, the report lists {}", infos.len(), report.tensors.len()));
+        f.push(format!(
+            "{} tensors, the report lists {}",
+            infos.len(),
+            report.tensors.len()
+        ));
     }
     for (t, r) in file.tensors().zip(&report.tensors) {
-        if t.info.name != r.name || t.info.ty.name() != r.ty || t.offset != r.offset || t.data.len() as u64 != r.bytes {
+        if t.info.name != r.name
+            || t.info.ty.name() != r.ty
+            || t.offset != r.offset
+            || t.data.len() as u64 != r.bytes
+        {
             f.push(format!(
                 "tensor `{}` ({}, offset {}, {} bytes) differs from the report's `{}` ({}, offset {}, {} bytes)",
                 t.info.name, t.info.ty, t.offset, t.data.len(), r.name, r.ty, r.offset, r.bytes
@@ -355,16 +452,28 @@ pub fn check_report(file: &GgufFile<'_>, bytes: &[u8], report: &Report) -> Vec<S
         }
         let got = sha256_hex(t.data);
         if got != r.sha256 {
-            f.push(format!("tensor `{}`: SHA256 {got}, the report says {}", r.name, r.sha256));
+            f.push(format!(
+                "tensor `{}`: SHA256 {got}, the report says {}",
+                r.name, r.sha256
+            ));
         }
     }
     let kvs = file.kvs();
     if kvs.len() != report.metadata.len() {
-        f.push(format!("{} metadata keys, the report lists {}", kvs.len(), report.metadata.len()));
+        f.push(format!(
+            "{} metadata keys, the report lists {}",
+            kvs.len(),
+            report.metadata.len()
+        ));
     }
     for ((k, v), m) in kvs.iter().zip(&report.metadata) {
         if *k != m.key || v.type_name() != m.ty || value_json(v) != m.value {
-            f.push(format!("metadata `{k}` ({}) differs from the report's `{}` ({})", v.type_name(), m.key, m.ty));
+            f.push(format!(
+                "metadata `{k}` ({}) differs from the report's `{}` ({})",
+                v.type_name(),
+                m.key,
+                m.ty
+            ));
         }
     }
     f
@@ -379,7 +488,9 @@ pub fn options_from_file(file: &GgufFile<'_>) -> Options {
         Some(Value::U32(0)) => OutType::F32,
         _ => OutType::Q8_0,
     };
-    let source_repo = file.get("general.source.repo_url").and(s("provenance.source.repository"));
+    let source_repo = file
+        .get("general.source.repo_url")
+        .and(s("provenance.source.repository"));
     Options {
         outtype,
         name: s("general.name"),
@@ -409,23 +520,34 @@ pub fn check_source(
     let header = plan.header(&hashes).to_bytes();
     let data_offset = file.data_offset() as usize;
     if header.len() != data_offset || header[..] != file_bytes[..data_offset] {
-        let first = header.iter().zip(file_bytes).position(|(a, b)| a != b).unwrap_or(header.len().min(data_offset));
+        let first = header
+            .iter()
+            .zip(file_bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(header.len().min(data_offset));
         f.push(format!(
             "header differs from a fresh conversion of the source (first difference at byte {first}; header {} bytes, fresh {})",
             data_offset,
             header.len()
         ));
     }
-    let names_file: Vec<&str> = file.tensor_infos().iter().map(|t| t.name.as_str()).collect();
+    let names_file: Vec<&str> = file
+        .tensor_infos()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
     let names_plan: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();
     if names_file != names_plan {
         f.push(format!("tensor list differs from a fresh conversion: file {names_file:?}, fresh {names_plan:?}"));
         return Ok(f);
     }
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().map_err(|e| crate::error::ConvertError::Output {
-        path: "(verify)".into(),
-        msg: format!("cannot start threads: {e}"),
-    })?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| crate::error::ConvertError::Output {
+            path: "(verify)".into(),
+            msg: format!("cannot start threads: {e}"),
+        })?;
     let all = chunks(&plan);
     // Per chunk: (tensor, first differing byte in the chunk) and error sums, in order.
     let results: Vec<Result<(usize, Option<u64>, dspark_quant::ErrorSums)>> = pool.install(|| {
@@ -437,7 +559,11 @@ pub fn check_source(
                 let start = t.ty.bytes_for(c.start).expect("whole blocks") as usize;
                 let got = view.data.get(start..start + out.bytes.len());
                 let diff = match got {
-                    Some(g) => g.iter().zip(&out.bytes).position(|(a, b)| a != b).map(|p| (start + p) as u64),
+                    Some(g) => g
+                        .iter()
+                        .zip(&out.bytes)
+                        .position(|(a, b)| a != b)
+                        .map(|p| (start + p) as u64),
                     None => Some(start as u64),
                 };
                 Ok((c.tensor, diff, out.errors))
@@ -461,7 +587,9 @@ pub fn check_source(
     if let Some(report) = report {
         for ((t, s), r) in plan.tensors.iter().zip(&sums).zip(&report.tensors) {
             let e = s.relative_rmse();
-            if !same_figure(e, r.relative_rmse) || !same_figure(f64::from(s.max_abs), r.max_abs_error) {
+            if !same_figure(e, r.relative_rmse)
+                || !same_figure(f64::from(s.max_abs), r.max_abs_error)
+            {
                 f.push(format!(
                     "tensor `{}`: recomputed relative RMSE {e} / max error {}, the report says {} / {}",
                     t.name, s.max_abs, r.relative_rmse, r.max_abs_error
@@ -471,4 +599,3 @@ pub fn check_source(
     }
     Ok(f)
 }
-

@@ -13,6 +13,7 @@
 //!   advances, reading back what was written.
 //! - **flusher** (one thread): `fdatasync`s as data accumulates, so the disk works from
 //!   the start instead of all at the end.
+//!
 //! Memory stays bounded: a few chunks in flight, never a whole tensor.
 
 use std::fs::File;
@@ -86,7 +87,11 @@ pub(crate) fn chunks(plan: &Plan) -> Vec<Chunk> {
         let mut start = 0;
         while start < n {
             let len = CHUNK_ELEMS.min(n - start);
-            out.push(Chunk { tensor: i, start, len });
+            out.push(Chunk {
+                tensor: i,
+                start,
+                len,
+            });
             start += len;
         }
     }
@@ -103,7 +108,12 @@ thread_local! {
 }
 
 /// Converts one chunk.
-pub(crate) fn compute_chunk(t: &PlannedTensor, src: &[u8], c: Chunk, allow_nonfinite: bool) -> Result<ChunkOut> {
+pub(crate) fn compute_chunk(
+    t: &PlannedTensor,
+    src: &[u8],
+    c: Chunk,
+    allow_nonfinite: bool,
+) -> Result<ChunkOut> {
     let k = kernels();
     let size = t.source_dtype.size();
     let raw = &src[c.start as usize * size..(c.start + c.len) as usize * size];
@@ -113,8 +123,15 @@ pub(crate) fn compute_chunk(t: &PlannedTensor, src: &[u8], c: Chunk, allow_nonfi
         float::decode(t.source_dtype, raw, x);
         let finite = x.iter().fold(true, |ok, v| ok & v.is_finite());
         if !finite && !allow_nonfinite {
-            let i = x.iter().position(|v| !v.is_finite()).expect("a non-finite value exists");
-            return Err(ConvertError::NonFinite { tensor: t.source_name.clone(), index: c.start + i as u64, value: x[i] });
+            let i = x
+                .iter()
+                .position(|v| !v.is_finite())
+                .expect("a non-finite value exists");
+            return Err(ConvertError::NonFinite {
+                tensor: t.source_name.clone(),
+                index: c.start + i as u64,
+                value: x[i],
+            });
         }
         let mut bytes = vec![0u8; out_bytes(t.ty, c.len)];
         let lossy = match t.ty {
@@ -150,7 +167,11 @@ pub(crate) fn compute_chunk(t: &PlannedTensor, src: &[u8], c: Chunk, allow_nonfi
             // Non-finite values: the reference defines max/sum behaviour for them.
             error_sums_ref(x, y)
         };
-        Ok(ChunkOut { chunk: c, bytes, errors })
+        Ok(ChunkOut {
+            chunk: c,
+            bytes,
+            errors,
+        })
     })
 }
 
@@ -190,7 +211,11 @@ impl Shared {
             if w > seen || self.stop.load(Ordering::SeqCst) {
                 return w;
             }
-            g = self.wake.wait_timeout(g, Duration::from_millis(50)).expect("wake lock").0;
+            g = self
+                .wake
+                .wait_timeout(g, Duration::from_millis(50))
+                .expect("wake lock")
+                .0;
         }
     }
 }
@@ -214,7 +239,10 @@ pub fn write_gguf(
         .num_threads(threads.max(1))
         .thread_name(|i| format!("dspark-quantize-{i}"))
         .build()
-        .map_err(|e| ConvertError::Output { path: out_path(), msg: format!("cannot start threads: {e}") })?;
+        .map_err(|e| ConvertError::Output {
+            path: out_path(),
+            msg: format!("cannot start threads: {e}"),
+        })?;
     let shared = Shared {
         stop: AtomicBool::new(false),
         error: Mutex::new(None),
@@ -225,7 +253,10 @@ pub fn write_gguf(
     let all_chunks = chunks(plan);
     let window = 2 * threads.max(1);
     let (tx, rx) = sync_channel::<ChunkOut>(window * 2);
-    let io_err = |e: std::io::Error| ConvertError::Output { path: out_path(), msg: format!("write failed: {e}") };
+    let io_err = |e: std::io::Error| ConvertError::Output {
+        path: out_path(),
+        msg: format!("write failed: {e}"),
+    };
 
     let (tensor_results, source_sha256, output_sha256) = std::thread::scope(|s| {
         // Writer.
@@ -253,7 +284,11 @@ pub fn write_gguf(
             let mut buf = vec![0u8; HASH_READ];
             let mut pos = 0u64;
             while pos < layout.file_size {
-                let w = if pos < layout.data_offset { layout.data_offset } else { shared.wait_past(pos) };
+                let w = if pos < layout.data_offset {
+                    layout.data_offset
+                } else {
+                    shared.wait_past(pos)
+                };
                 if shared.stop.load(Ordering::SeqCst) {
                     return None;
                 }
@@ -261,7 +296,10 @@ pub fn write_gguf(
                 while pos < end {
                     let n = ((end - pos) as usize).min(buf.len());
                     if let Err(e) = file.read_exact_at(&mut buf[..n], pos) {
-                        shared.fail(ConvertError::Output { path: out_path(), msg: format!("reading back for the hash failed: {e}") });
+                        shared.fail(ConvertError::Output {
+                            path: out_path(),
+                            msg: format!("reading back for the hash failed: {e}"),
+                        });
                         return None;
                     }
                     h.update(&buf[..n]);
@@ -274,7 +312,9 @@ pub fn write_gguf(
         s.spawn(|| {
             let mut synced = 0u64;
             loop {
-                let w = shared.wait_past(synced + FLUSH_EVERY.min(layout.file_size.saturating_sub(synced + 1)));
+                let w = shared.wait_past(
+                    synced + FLUSH_EVERY.min(layout.file_size.saturating_sub(synced + 1)),
+                );
                 if shared.stop.load(Ordering::SeqCst) || w >= layout.file_size {
                     return;
                 }
@@ -300,7 +340,12 @@ pub fn write_gguf(
                     .par_iter()
                     .map(|&c| {
                         let t = &plan.tensors[c.tensor];
-                        compute_chunk(t, ckpt.tensors[t.source_index].data, c, plan.options.allow_nonfinite)
+                        compute_chunk(
+                            t,
+                            ckpt.tensors[t.source_index].data,
+                            c,
+                            plan.options.allow_nonfinite,
+                        )
                     })
                     .collect()
             });
@@ -323,16 +368,30 @@ pub fn write_gguf(
         let hashes = hasher.join().expect("hasher thread");
         shared.stop.store(true, Ordering::SeqCst);
         shared.wake.notify_all();
-        (tensor_results, hashes.as_ref().map(|h| h.0.clone()), hashes.map(|h| h.1))
+        (
+            tensor_results,
+            hashes.as_ref().map(|h| h.0.clone()),
+            hashes.map(|h| h.1),
+        )
     });
     if let Some(e) = shared.error.lock().expect("error slot").take() {
         return Err(e);
     }
-    let (Some(tensors), Some(source_sha256), Some(output_sha256)) = (tensor_results, source_sha256, output_sha256) else {
-        return Err(ConvertError::Output { path: out_path(), msg: "a pipeline stage stopped without saying why".into() });
+    let (Some(tensors), Some(source_sha256), Some(output_sha256)) =
+        (tensor_results, source_sha256, output_sha256)
+    else {
+        return Err(ConvertError::Output {
+            path: out_path(),
+            msg: "a pipeline stage stopped without saying why".into(),
+        });
     };
     file.sync_all().map_err(io_err)?;
-    Ok(WriteResult { source_sha256, output_sha256, output_size: layout.file_size, tensors })
+    Ok(WriteResult {
+        source_sha256,
+        output_sha256,
+        output_size: layout.file_size,
+        tensors,
+    })
 }
 
 fn writer_stage(

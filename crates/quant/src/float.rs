@@ -117,7 +117,11 @@ mod tests {
         for bits in (0..u32::MAX).step_by(9973) {
             let x = f32::from_bits(bits);
             if !x.is_nan() {
-                assert_eq!(f32_to_bf16_bits(x), half::bf16::from_f32(x).to_bits(), "{bits:#x}");
+                assert_eq!(
+                    f32_to_bf16_bits(x),
+                    half::bf16::from_f32(x).to_bits(),
+                    "{bits:#x}"
+                );
             }
         }
     }

@@ -41,7 +41,11 @@ pub fn quantize_block_ref(x: &[f32], out: &mut [u8]) {
     out[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
     for (o, &v) in out[2..].iter_mut().zip(x) {
         let p = v * id;
-        *o = if p.is_finite() { p.round() as i8 as u8 } else { 0 };
+        *o = if p.is_finite() {
+            p.round() as i8 as u8
+        } else {
+            0
+        };
     }
 }
 

@@ -16,7 +16,11 @@ impl Rng {
 
     /// Roughly N(0, 1) by summing uniforms.
     fn normal(&mut self) -> f32 {
-        (0..4).map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32).sum::<f32>() * 1.7 - 3.4
+        (0..4)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
+            .sum::<f32>()
+            * 1.7
+            - 3.4
     }
 
     /// Any finite f32 bit pattern.
@@ -56,8 +60,22 @@ fn edge_blocks() -> Vec<[f32; 32]> {
     // Tiny and huge amax: f32-subnormal d, f16-subnormal d, d rounding to f16 zero, 1/d
     // overflowing, d overflowing f16.
     for amax in [
-        1e-45f32, 1e-40, 3e-39, 2.9e-39, 3.7e-37, 1e-30, 1e-10, 3.79e-6, 1e-6, 6.1e-5, 1.0,
-        65504.0, 8.3e6, 1e20, 3.4e38, f32::MAX,
+        1e-45f32,
+        1e-40,
+        3e-39,
+        2.9e-39,
+        3.7e-37,
+        1e-30,
+        1e-10,
+        3.79e-6,
+        1e-6,
+        6.1e-5,
+        1.0,
+        65504.0,
+        8.3e6,
+        1e20,
+        3.4e38,
+        f32::MAX,
     ] {
         let mut b = [0.0f32; 32];
         for (i, v) in b.iter_mut().enumerate() {
@@ -155,9 +173,24 @@ fn error_sums_match_reference_bit_for_bit_at_every_length() {
                 let y: Vec<f32> = x.iter().map(|v| v + rng.normal() * 1e-3).collect();
                 let f = (k.error_sums)(&x[offset..], &y[offset..]);
                 let r = error::error_sums_ref(&x[offset..], &y[offset..]);
-                assert_eq!(f.sq_err.to_bits(), r.sq_err.to_bits(), "{} len {len}", k.isa);
-                assert_eq!(f.sq_ref.to_bits(), r.sq_ref.to_bits(), "{} len {len}", k.isa);
-                assert_eq!(f.max_abs.to_bits(), r.max_abs.to_bits(), "{} len {len}", k.isa);
+                assert_eq!(
+                    f.sq_err.to_bits(),
+                    r.sq_err.to_bits(),
+                    "{} len {len}",
+                    k.isa
+                );
+                assert_eq!(
+                    f.sq_ref.to_bits(),
+                    r.sq_ref.to_bits(),
+                    "{} len {len}",
+                    k.isa
+                );
+                assert_eq!(
+                    f.max_abs.to_bits(),
+                    r.max_abs.to_bits(),
+                    "{} len {len}",
+                    k.isa
+                );
             }
         }
         let x: Vec<f32> = (0..100_003).map(|_| rng.normal()).collect();

@@ -26,7 +26,10 @@ pub fn s(p: &Path) -> &str {
 }
 
 pub fn dspark(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dspark")).args(args).output().expect("run dspark")
+    Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args(args)
+        .output()
+        .expect("run dspark")
 }
 
 pub fn assert_ok(o: &Output) {
@@ -40,16 +43,31 @@ pub fn assert_ok(o: &Output) {
 }
 
 pub fn synth_tiny(dir: &Path, seed: u64) -> PathBuf {
-    assert_ok(&dspark(&["synth", "--geometry", "tiny", "--out", s(dir), "--seed", &seed.to_string(), "-q"]));
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "tiny",
+        "--out",
+        s(dir),
+        "--seed",
+        &seed.to_string(),
+        "-q",
+    ]));
     dir.to_path_buf()
 }
 
 pub fn sha256_file(p: &Path) -> String {
-    Sha256::digest(fs::read(p).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(fs::read(p).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 pub fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -63,7 +81,9 @@ pub fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
 
 /// Data offset of a GGUF, read with the project's own parser.
 pub fn f_data_offset(bytes: &[u8]) -> u64 {
-    dspark_gguf::GgufFile::parse(bytes).expect("valid gguf").data_offset()
+    dspark_gguf::GgufFile::parse(bytes)
+        .expect("valid gguf")
+        .data_offset()
 }
 
 #[derive(Clone, Debug)]
@@ -79,7 +99,12 @@ impl StTensor {
         self.shape.iter().product::<u64>() as usize
     }
     pub fn f32(name: &str, shape: Vec<u64>, values: &[f32]) -> StTensor {
-        StTensor { name: name.into(), dtype: "F32", shape, data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+        StTensor {
+            name: name.into(),
+            dtype: "F32",
+            shape,
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
     }
 }
 
@@ -127,9 +152,21 @@ pub fn write_safetensors(p: &Path, tensors: &[StTensor]) {
 
 fn values(t: &StTensor) -> Vec<f32> {
     match t.dtype {
-        "BF16" => t.data.chunks(2).map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)).collect(),
-        "F16" => t.data.chunks(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()).collect(),
-        _ => t.data.chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        "BF16" => t
+            .data
+            .chunks(2)
+            .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+            .collect(),
+        "F16" => t
+            .data
+            .chunks(2)
+            .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect(),
+        _ => t
+            .data
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
     }
 }
 
@@ -144,11 +181,21 @@ pub fn to_f16_exact(t: &StTensor) -> StTensor {
         .iter()
         .flat_map(|&x| {
             let h = half::f16::from_f32(x);
-            assert_eq!(h.to_f32(), x, "{} holds a value F16 cannot represent", t.name);
+            assert_eq!(
+                h.to_f32(),
+                x,
+                "{} holds a value F16 cannot represent",
+                t.name
+            );
             h.to_bits().to_le_bytes()
         })
         .collect();
-    StTensor { name: t.name.clone(), dtype: "F16", shape: t.shape.clone(), data }
+    StTensor {
+        name: t.name.clone(),
+        dtype: "F16",
+        shape: t.shape.clone(),
+        data,
+    }
 }
 
 pub fn next(state: &mut u64) -> u64 {
@@ -184,7 +231,9 @@ pub fn edge_values(n: usize) -> Vec<f32> {
     let mut ties2 = ties;
     ties2.iter_mut().for_each(|v| *v *= 2.0);
     blocks.push(ties2);
-    for amax in [1e-45f32, 1e-40, 3e-39, 1e-30, 1e-10, 3.79e-6, 6e-5, 1.0, 65504.0, 1e7, 1e20, 3.4e38] {
+    for amax in [
+        1e-45f32, 1e-40, 3e-39, 1e-30, 1e-10, 3.79e-6, 6e-5, 1.0, 65504.0, 1e7, 1e20, 3.4e38,
+    ] {
         let mut b = [0.0f32; 32];
         for (i, v) in b.iter_mut().enumerate() {
             *v = amax * ((i as f32 - 15.5) / 16.0);
@@ -225,7 +274,10 @@ pub fn python_check(gguf: &Path, source: Option<&Path>, report: Option<&Path>) {
         cmd.arg("--report").arg(r);
     }
     let o = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run {} ({e}): run the README's test command, which installs gguf-py in .venv", python())
+        panic!(
+            "cannot run {} ({e}): run the README's test command, which installs gguf-py in .venv",
+            python()
+        )
     });
     assert!(
         o.status.success(),

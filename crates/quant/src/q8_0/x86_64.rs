@@ -77,7 +77,10 @@ pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
             );
             _mm256_cvttps_epi32(_mm256_add_ps(t, step))
         });
-        let i16s = [_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])];
+        let i16s = [
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        ];
         let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
         // SAFETY: ob[2..] is exactly 32 bytes, the width of one unaligned 256-bit store.
         unsafe { _mm256_storeu_si256(ob[2..].as_mut_ptr().cast(), i8s) };

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what the tests need (gguf-py, the independent reference, in .venv) and runs
+# the whole suite. The same command runs in CI (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+export DSPARK_PYTHON="$PWD/.venv/bin/python"
+cargo test --workspace --all-targets
+cargo test --workspace --doc
