@@ -329,7 +329,10 @@ mod tests {
         let bytes = h.to_bytes();
         assert_eq!(bytes.len() as u64, h.layout().data_offset);
         assert_eq!(bytes.len() % 32, 0);
-        assert!(bytes.len() as u64 - h.unpadded_len() < 32, "padding is minimal");
+        assert!(
+            bytes.len() as u64 - h.unpadded_len() < 32,
+            "padding is minimal"
+        );
         assert_eq!(h.layout().file_size, h.layout().data_offset + 68 + 28);
     }
 
