@@ -261,6 +261,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let slices = src.slices();
+    let n_tensors = plan.tensors.len();
     let result = write_gguf(
         &plan,
         &ckpt,
@@ -268,7 +269,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         tmp.as_file(),
         threads,
         &CANCEL,
-        &|done| pb.set_position(done),
+        &|done, tensors| {
+            pb.set_position(done);
+            pb.set_message(format!("tensor {tensors}/{n_tensors}"));
+        },
     );
     pb.finish_and_clear();
     let result = result?;

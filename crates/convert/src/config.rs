@@ -425,3 +425,133 @@ impl DraftConfig {
         self.markov_rank.as_ref().is_some_and(|r| r.value > 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn base() -> Json {
+        crate::synth::SynthGeometry::tiny().config_json()
+    }
+
+    fn read(v: &Json) -> Result<DraftConfig> {
+        DraftConfig::from_json(v, Path::new("config.json"))
+    }
+
+    fn err(v: &Json) -> String {
+        read(v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn specforge_layout_resolves_with_origins() {
+        let c = read(&base()).unwrap();
+        assert_eq!(
+            c.target_layer_ids,
+            Sourced::new(vec![1, 4, 6], "dflash_config.target_layer_ids")
+        );
+        assert_eq!(c.rope_theta.from, "rope_parameters.rope_theta");
+        let rs = c.rope_scaling.unwrap();
+        assert_eq!(
+            (rs.rope_type.value.as_str(), rs.factor.value),
+            ("yarn", 4.0)
+        );
+        assert_eq!(rs.original_max_position_embeddings.unwrap().value, 1024);
+        assert_eq!(c.num_target_layers.unwrap().value, 8);
+        assert_eq!(c.markov_rank.unwrap().from, "dflash_config.markov_rank");
+        assert_eq!(
+            c.draft_vocab_size.from,
+            "derived: vocab_size (no draft_vocab_size)"
+        );
+    }
+
+    #[test]
+    fn transformers_v4_rope_and_legacy_type_key() {
+        let mut v = base();
+        let o = v.as_object_mut().unwrap();
+        o.remove("rope_parameters");
+        o.insert("rope_theta".into(), json!(1e6));
+        o.insert("rope_scaling".into(), json!({"type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32.0}));
+        let c = read(&v).unwrap();
+        assert_eq!(c.rope_theta, Sourced::new(1e6, "rope_theta"));
+        let rs = c.rope_scaling.unwrap();
+        assert_eq!(rs.rope_type.from, "rope_scaling.type");
+        assert_eq!(rs.beta_fast.unwrap().value, 32.0);
+    }
+
+    #[test]
+    fn flat_deepspec_and_deepseek_and_eagle_spellings() {
+        let mut v = base();
+        let dc = v.as_object_mut().unwrap().remove("dflash_config").unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.insert("target_layer_ids".into(), dc["target_layer_ids"].clone());
+        o.insert("markov_rank".into(), json!(32));
+        let c = read(&v).unwrap();
+        assert_eq!(c.target_layer_ids.from, "target_layer_ids");
+        assert_eq!(c.markov_rank.unwrap().from, "markov_rank");
+
+        let o = v.as_object_mut().unwrap();
+        o.remove("target_layer_ids");
+        o.insert("dspark_target_layer_ids".into(), json!([2, 3]));
+        assert_eq!(read(&v).unwrap().target_layer_ids.value, vec![2, 3]);
+
+        let o = v.as_object_mut().unwrap();
+        o.remove("dspark_target_layer_ids");
+        o.insert("eagle_aux_hidden_state_layer_ids".into(), json!([2, 5, 7]));
+        let c = read(&v).unwrap();
+        assert_eq!(c.target_layer_ids.value, vec![1, 4, 6]);
+        assert!(c.target_layer_ids.from.contains("1-based"));
+        v["eagle_aux_hidden_state_layer_ids"] = json!([0, 5]);
+        assert!(err(&v).contains("not a valid 1-based index"));
+    }
+
+    #[test]
+    fn speculators_nests_the_backbone() {
+        let mut v = base();
+        let o = v.as_object_mut().unwrap();
+        let mut inner = serde_json::Map::new();
+        for k in [
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "rms_norm_eps",
+            "max_position_embeddings",
+        ] {
+            inner.insert(k.into(), o.remove(k).unwrap());
+        }
+        o.insert("transformer_layer_config".into(), Json::Object(inner));
+        let c = read(&v).unwrap();
+        assert_eq!(
+            c.hidden_size,
+            Sourced::new(64, "transformer_layer_config.hidden_size")
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let mut v = base();
+        v["hidden_size"] = json!("64");
+        assert_eq!(
+            err(&v),
+            "config.json: hidden_size: expected a non-negative integer, found \"64\""
+        );
+        let mut v = base();
+        v["intermediate_size"] = json!(1u64 << 40);
+        assert!(err(&v).contains("intermediate_size: 1099511627776 is larger than"));
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("rms_norm_eps");
+        assert_eq!(err(&v), "config.json: rms_norm_eps: missing");
+        let mut v = base();
+        v["target_hidden_size"] = json!(128);
+        assert!(err(&v).contains("target_hidden_size: 128 differs from hidden_size 64"));
+        let mut v = base();
+        v["dflash_config"]["target_layer_ids"] = json!([]);
+        assert!(err(&v).contains("expected a non-empty array"));
+        assert!(err(&json!([1, 2])).contains("expected a JSON object"));
+    }
+}

@@ -1,5 +1,45 @@
-//! placeholder
+//! Drafter checkpoint → `dflash-draft` GGUF: source reading, the name map, the type
+//! policy, metadata with provenance, the streaming writer, the report, and verification.
+//!
+//! # Brief overview
+//! - [`source::SourceLayout`] finds the weight files of a checkpoint folder and
+//!   [`source::Checkpoint`] validates them (the caller maps the files and passes bytes).
+//! - [`config::DraftConfig`] resolves `config.json` in any of the known spellings, keeping
+//!   each value's origin.
+//! - [`plan::Plan`] cross-checks the two and decides every output byte but the hashes:
+//!   tensors in canonical order ([`names`]), types, metadata, layout.
+//! - [`write::write_gguf`] streams the GGUF (parallel quantization, ordered writes, hashes
+//!   of both files, fsync); [`report::Report`] is `conversion-report.json`.
+//! - [`verify`] proves a file against the contract, its report and its source.
+//! - [`synth`] writes synthetic checkpoints for tests and benchmarks.
+//!
+//! # Example
+//! ```
+//! use std::sync::atomic::AtomicBool;
+//! use dspark_convert::config::DraftConfig;
+//! use dspark_convert::plan::{Options, Plan};
+//! use dspark_convert::source::{Checkpoint, SourceLayout};
+//! use dspark_convert::synth::{write_synth, SynthGeometry};
+//! use dspark_convert::write::write_gguf;
+//!
+//! let dir = tempfile::tempdir()?;
+//! write_synth(&SynthGeometry::tiny(), dir.path(), 0, &|_, _| true)?;
+//! let layout = SourceLayout::discover(dir.path())?;
+//! let config = DraftConfig::read(&layout.config_path())?;
+//! let weights = std::fs::read(layout.path(0))?;
+//! let ckpt = Checkpoint::parse(layout, &[&weights])?;
+//! let plan = Plan::new(config, &ckpt, Options::default())?;
+//! assert_eq!(plan.type_counts().len(), 2); // F32 norms and Q8_0 matrices
+//!
+//! let out = tempfile::tempfile()?;
+//! let result = write_gguf(&plan, &ckpt, &[&weights], &out, 2, &AtomicBool::new(false), &|_, _| {})?;
+//! assert_eq!(result.output_size, plan.layout().file_size);
+//! assert!(result.tensors.iter().all(|t| t.errors.relative_rmse() < 0.01));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod error;
 pub mod names;

@@ -222,7 +222,7 @@ impl Shared {
 
 /// Writes the GGUF `plan` describes into `file` (an empty temporary file), streaming
 /// from `ckpt`. `threads` sizes the compute pool; `cancel` is polled between chunks;
-/// `progress` is called with the data bytes written so far. The file is fsynced before
+/// `progress` is called with the data bytes and the tensors written so far. The file is fsynced before
 /// this returns `Ok`.
 pub fn write_gguf(
     plan: &Plan,
@@ -231,7 +231,7 @@ pub fn write_gguf(
     file: &File,
     threads: usize,
     cancel: &AtomicBool,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &(dyn Fn(u64, usize) + Sync),
 ) -> Result<WriteResult> {
     let layout = plan.layout();
     let out_path = || std::path::PathBuf::from("(output)");
@@ -400,7 +400,7 @@ fn writer_stage(
     file: &File,
     rx: Receiver<ChunkOut>,
     shared: &Shared,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &(dyn Fn(u64, usize) + Sync),
     io_err: impl Fn(std::io::Error) -> ConvertError,
 ) -> Option<Vec<TensorResult>> {
     let mut results = Vec::with_capacity(plan.tensors.len());
@@ -443,7 +443,7 @@ fn writer_stage(
             pos_in_tensor = 0;
         }
         shared.advance(end);
-        progress(done);
+        progress(done, results.len());
     }
     (results.len() == plan.tensors.len()).then_some(results)
 }
