@@ -308,18 +308,7 @@ fn q8_0_edge_cases_equal_gguf_py() {
         }
     }
     write_safetensors(&st, &tensors);
-    let out = t.path("edge.gguf");
-    assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "-q"]));
-    let report = t.path("conversion-report.json");
-    assert_ok(&dspark(&[
-        "verify",
-        s(&out),
-        "--report",
-        s(&report),
-        "--source",
-        s(&src),
-    ]));
-    python_check(&out, Some(&src), Some(&report));
+    convert_and_prove(&src, &t.path("edge.gguf"), &[]);
 }
 
 #[test]
@@ -329,26 +318,7 @@ fn other_output_types_pass_the_independent_checker() {
     for ty in ["f16", "bf16", "f32"] {
         let dir = t.path(ty);
         fs::create_dir(&dir).unwrap();
-        let out = dir.join("o.gguf");
-        assert_ok(&dspark(&[
-            "convert",
-            s(&src),
-            "-o",
-            s(&out),
-            "--outtype",
-            ty,
-            "-q",
-        ]));
-        let report = dir.join("conversion-report.json");
-        assert_ok(&dspark(&[
-            "verify",
-            s(&out),
-            "--report",
-            s(&report),
-            "--source",
-            s(&src),
-        ]));
-        python_check(&out, Some(&src), Some(&report));
+        convert_and_prove(&src, &dir.join("o.gguf"), &["--outtype", ty]);
     }
 }
 

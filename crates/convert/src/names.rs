@@ -38,28 +38,120 @@ impl Role {
     }
 }
 
+/// How a per-layer tensor's PyTorch shape follows from the geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerShape {
+    /// `[hidden]` (the layer's RMSNorms).
+    Hidden,
+    /// `[head_dim]` (per-head q/k RMSNorms).
+    HeadDim,
+    /// `[heads · head_dim, hidden]`.
+    QProj,
+    /// `[kv_heads · head_dim, hidden]`.
+    KvProj,
+    /// `[hidden, heads · head_dim]`.
+    OProj,
+    /// `[ffn, hidden]` (gate and up).
+    FfnIn,
+    /// `[hidden, ffn]` (down).
+    FfnOut,
+}
+
+/// The sizes a layer's tensor shapes depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct LayerDims {
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn: u64,
+}
+
+impl LayerShape {
+    /// The PyTorch shape (outermost first); reverse it for GGUF `ne`.
+    pub fn torch(self, d: &LayerDims) -> Vec<u64> {
+        match self {
+            LayerShape::Hidden => vec![d.hidden],
+            LayerShape::HeadDim => vec![d.head_dim],
+            LayerShape::QProj => vec![d.heads * d.head_dim, d.hidden],
+            LayerShape::KvProj => vec![d.kv_heads * d.head_dim, d.hidden],
+            LayerShape::OProj => vec![d.hidden, d.heads * d.head_dim],
+            LayerShape::FfnIn => vec![d.ffn, d.hidden],
+            LayerShape::FfnOut => vec![d.hidden, d.ffn],
+        }
+    }
+}
+
 /// Per-layer tensors in canonical order: (source suffix after `layers.{i}.`, GGUF suffix
-/// after `blk.{i}.`, role).
-pub const LAYER_TENSORS: [(&str, &str, Role); 11] = [
-    ("input_layernorm.weight", "attn_norm.weight", Role::Norm),
-    ("self_attn.q_proj.weight", "attn_q.weight", Role::Projection),
-    ("self_attn.k_proj.weight", "attn_k.weight", Role::Projection),
-    ("self_attn.v_proj.weight", "attn_v.weight", Role::Projection),
-    ("self_attn.q_norm.weight", "attn_q_norm.weight", Role::Norm),
-    ("self_attn.k_norm.weight", "attn_k_norm.weight", Role::Norm),
+/// after `blk.{i}.`, role, shape rule).
+pub const LAYER_TENSORS: [(&str, &str, Role, LayerShape); 11] = [
+    (
+        "input_layernorm.weight",
+        "attn_norm.weight",
+        Role::Norm,
+        LayerShape::Hidden,
+    ),
+    (
+        "self_attn.q_proj.weight",
+        "attn_q.weight",
+        Role::Projection,
+        LayerShape::QProj,
+    ),
+    (
+        "self_attn.k_proj.weight",
+        "attn_k.weight",
+        Role::Projection,
+        LayerShape::KvProj,
+    ),
+    (
+        "self_attn.v_proj.weight",
+        "attn_v.weight",
+        Role::Projection,
+        LayerShape::KvProj,
+    ),
+    (
+        "self_attn.q_norm.weight",
+        "attn_q_norm.weight",
+        Role::Norm,
+        LayerShape::HeadDim,
+    ),
+    (
+        "self_attn.k_norm.weight",
+        "attn_k_norm.weight",
+        Role::Norm,
+        LayerShape::HeadDim,
+    ),
     (
         "self_attn.o_proj.weight",
         "attn_output.weight",
         Role::Projection,
+        LayerShape::OProj,
     ),
     (
         "post_attention_layernorm.weight",
         "ffn_norm.weight",
         Role::Norm,
+        LayerShape::Hidden,
     ),
-    ("mlp.gate_proj.weight", "ffn_gate.weight", Role::Projection),
-    ("mlp.up_proj.weight", "ffn_up.weight", Role::Projection),
-    ("mlp.down_proj.weight", "ffn_down.weight", Role::Projection),
+    (
+        "mlp.gate_proj.weight",
+        "ffn_gate.weight",
+        Role::Projection,
+        LayerShape::FfnIn,
+    ),
+    (
+        "mlp.up_proj.weight",
+        "ffn_up.weight",
+        Role::Projection,
+        LayerShape::FfnIn,
+    ),
+    (
+        "mlp.down_proj.weight",
+        "ffn_down.weight",
+        Role::Projection,
+        LayerShape::FfnOut,
+    ),
 ];
 
 /// Tensors before the layers: (source names, GGUF name, role).
@@ -166,7 +258,7 @@ pub fn map_source(name: &str) -> Option<Mapped> {
             return None;
         }
         let layer: u64 = idx.parse().ok()?;
-        let (j, (_, gguf_suffix, role)) = LAYER_TENSORS
+        let (j, (_, gguf_suffix, role, _)) = LAYER_TENSORS
             .iter()
             .enumerate()
             .find(|(_, t)| t.0 == suffix)?;

@@ -15,7 +15,7 @@ use dspark_quant::SourceDtype;
 
 use crate::config::{DraftConfig, Sourced};
 use crate::error::{ConvertError, Result};
-use crate::names::{map_source, unrepresentable, Role};
+use crate::names::{map_source, unrepresentable, LayerDims, Role, LAYER_TENSORS};
 use crate::source::Checkpoint;
 
 /// The architecture string written to `general.architecture`.
@@ -312,21 +312,17 @@ impl Plan {
             ("dflash.fc.weight".into(), vec![h, n_cap * h]),
             ("dflash.hidden_norm.weight".into(), vec![h]),
         ];
+        let dims = LayerDims {
+            hidden: h,
+            heads: n_head,
+            kv_heads: n_head_kv,
+            head_dim: hd,
+            ffn: n_ff,
+        };
         for i in 0..n_layers {
-            let b = |s: &str| format!("blk.{i}.{s}");
-            expect.extend([
-                (b("attn_norm.weight"), vec![h]),
-                (b("attn_q.weight"), vec![n_head * hd, h]),
-                (b("attn_k.weight"), vec![n_head_kv * hd, h]),
-                (b("attn_v.weight"), vec![n_head_kv * hd, h]),
-                (b("attn_q_norm.weight"), vec![hd]),
-                (b("attn_k_norm.weight"), vec![hd]),
-                (b("attn_output.weight"), vec![h, n_head * hd]),
-                (b("ffn_norm.weight"), vec![h]),
-                (b("ffn_gate.weight"), vec![n_ff, h]),
-                (b("ffn_up.weight"), vec![n_ff, h]),
-                (b("ffn_down.weight"), vec![h, n_ff]),
-            ]);
+            for (_, gguf, _, shape) in LAYER_TENSORS {
+                expect.push((format!("blk.{i}.{gguf}"), shape.torch(&dims)));
+            }
         }
         expect.push(("output_norm.weight".into(), vec![h]));
 
@@ -960,7 +956,7 @@ impl Plan {
 
 /// The source name a missing GGUF tensor would have had, for messages.
 fn gguf_to_source_hint(gguf: &str) -> String {
-    use crate::names::{HEAD_TENSORS, LAYER_TENSORS, TAIL_TENSORS};
+    use crate::names::{HEAD_TENSORS, TAIL_TENSORS};
     for (srcs, g, _) in HEAD_TENSORS.iter().chain(TAIL_TENSORS.iter()) {
         if *g == gguf {
             return srcs[0].to_string();
@@ -968,7 +964,7 @@ fn gguf_to_source_hint(gguf: &str) -> String {
     }
     if let Some(rest) = gguf.strip_prefix("blk.") {
         if let Some((i, suffix)) = rest.split_once('.') {
-            if let Some((src, _, _)) = LAYER_TENSORS.iter().find(|t| t.1 == suffix) {
+            if let Some((src, ..)) = LAYER_TENSORS.iter().find(|t| t.1 == suffix) {
                 return format!("layers.{i}.{src}");
             }
         }

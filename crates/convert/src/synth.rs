@@ -17,7 +17,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::error::{ConvertError, Result};
-use crate::names::LAYER_TENSORS;
+use crate::names::{LayerDims, LAYER_TENSORS};
 
 /// Values generated per independent random stream.
 pub const SYNTH_CHUNK: usize = 1 << 20;
@@ -115,8 +115,6 @@ impl SynthGeometry {
     /// Every tensor (SpecForge name, PyTorch shape), sorted by name.
     pub fn tensors(&self) -> Vec<(String, Vec<u64>)> {
         let h = self.hidden;
-        let q = self.heads * self.head_dim;
-        let kv = self.kv_heads * self.head_dim;
         let n_cap = self.target_layer_ids.len() as u64;
         let mut t: Vec<(String, Vec<u64>)> = vec![
             ("fc.weight".into(), vec![h, n_cap * h]),
@@ -136,19 +134,16 @@ impl SynthGeometry {
             ),
             ("confidence_head.proj.bias".into(), vec![1]),
         ];
+        let dims = LayerDims {
+            hidden: h,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            ffn: self.ffn,
+        };
         for i in 0..self.layers {
-            for (src, _, _) in LAYER_TENSORS {
-                let shape = match src {
-                    "input_layernorm.weight" | "post_attention_layernorm.weight" => vec![h],
-                    "self_attn.q_proj.weight" => vec![q, h],
-                    "self_attn.k_proj.weight" | "self_attn.v_proj.weight" => vec![kv, h],
-                    "self_attn.q_norm.weight" | "self_attn.k_norm.weight" => vec![self.head_dim],
-                    "self_attn.o_proj.weight" => vec![h, q],
-                    "mlp.gate_proj.weight" | "mlp.up_proj.weight" => vec![self.ffn, h],
-                    "mlp.down_proj.weight" => vec![h, self.ffn],
-                    _ => unreachable!("LAYER_TENSORS lists these"),
-                };
-                t.push((format!("layers.{i}.{src}"), shape));
+            for (src, _, _, shape) in LAYER_TENSORS {
+                t.push((format!("layers.{i}.{src}"), shape.torch(&dims)));
             }
         }
         t.sort();

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::DraftConfig;
 use crate::error::Result;
-use crate::names::LAYER_TENSORS;
+use crate::names::{LayerDims, LAYER_TENSORS};
 use crate::plan::{Options, OutType, Plan};
 use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
@@ -228,20 +228,17 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     need(&mut f, "dflash.fc.weight", Some(&[n_cap_key * h, h]));
     need(&mut f, "dflash.hidden_norm.weight", Some(&[h]));
     need(&mut f, "output_norm.weight", Some(&[h]));
+    let dims = LayerDims {
+        hidden: h,
+        heads: n_head,
+        kv_heads: n_head_kv,
+        head_dim: hd,
+        ffn: n_ff,
+    };
     for i in 0..n_layers {
-        for (_, suffix, _) in LAYER_TENSORS {
-            let name = format!("blk.{i}.{suffix}");
-            let shape: Vec<u64> = match suffix {
-                "attn_norm.weight" | "ffn_norm.weight" => vec![h],
-                "attn_q.weight" => vec![h, n_head * hd],
-                "attn_k.weight" | "attn_v.weight" => vec![h, n_head_kv * hd],
-                "attn_q_norm.weight" | "attn_k_norm.weight" => vec![hd],
-                "attn_output.weight" => vec![n_head * hd, h],
-                "ffn_gate.weight" | "ffn_up.weight" => vec![h, n_ff],
-                "ffn_down.weight" => vec![n_ff, h],
-                _ => unreachable!("LAYER_TENSORS lists these suffixes"),
-            };
-            need(&mut f, &name, Some(&shape));
+        for (_, suffix, _, shape) in LAYER_TENSORS {
+            let ne: Vec<u64> = shape.torch(&dims).into_iter().rev().collect();
+            need(&mut f, &format!("blk.{i}.{suffix}"), Some(&ne));
         }
     }
     let dspark_enabled = u32_key(&mut f, &key("dflash.dspark.enabled"), false).unwrap_or(0);

@@ -113,19 +113,25 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    /// A value type id (0–12) for `key`'s value or array elements.
+    fn value_type(&mut self, key: &str, what: &'static str) -> Result<ValueType, GgufError> {
+        let at = self.pos;
+        let id = self.u32(what)?;
+        ValueType::from_id(id).ok_or_else(|| GgufError::Malformed {
+            at: at as u64,
+            kind: Malformed::UnknownValueType {
+                key: key.to_string(),
+                id,
+            },
+        })
+    }
+
     fn value(&mut self, ty: ValueType, key: &str) -> Result<Value, GgufError> {
         if ty != ValueType::Array {
             return self.scalar(ty, key);
         }
         let at = self.pos;
-        let elem_id = self.u32("array element type")?;
-        let elem = ValueType::from_id(elem_id).ok_or_else(|| GgufError::Malformed {
-            at: at as u64,
-            kind: Malformed::UnknownValueType {
-                key: key.to_string(),
-                id: elem_id,
-            },
-        })?;
+        let elem = self.value_type(key, "array element type")?;
         if elem == ValueType::Array {
             return Err(GgufError::Malformed {
                 at: at as u64,
@@ -248,15 +254,7 @@ impl<'a> GgufFile<'a> {
             if kvs.iter().any(|(k, _)| *k == key) {
                 return Err(at_key(Malformed::DuplicateKey(key)));
             }
-            let ty_at = c.pos;
-            let ty_id = c.u32("value type")?;
-            let ty = ValueType::from_id(ty_id).ok_or_else(|| GgufError::Malformed {
-                at: ty_at as u64,
-                kind: Malformed::UnknownValueType {
-                    key: key.clone(),
-                    id: ty_id,
-                },
-            })?;
+            let ty = c.value_type(&key, "value type")?;
             let value = c.value(ty, &key)?;
             if key == "general.alignment" {
                 match value {

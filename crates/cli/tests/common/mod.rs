@@ -42,6 +42,26 @@ pub fn assert_ok(o: &Output) {
     );
 }
 
+/// Converts `src` to `out` with `extra` options, then proves the result three ways:
+/// `dspark verify` against the report and the source, and the gguf-py checker.
+/// Returns the report's path (beside `out`).
+pub fn convert_and_prove(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["convert", s(src), "-o", s(out), "-q"];
+    args.extend_from_slice(extra);
+    assert_ok(&dspark(&args));
+    let report = out.with_file_name("conversion-report.json");
+    assert_ok(&dspark(&[
+        "verify",
+        s(out),
+        "--report",
+        s(&report),
+        "--source",
+        s(src),
+    ]));
+    python_check(out, Some(src), Some(&report));
+    report
+}
+
 pub fn synth_tiny(dir: &Path, seed: u64) -> PathBuf {
     assert_ok(&dspark(&[
         "synth",
