@@ -15,7 +15,6 @@ use dspark_convert::synth::{write_synth, SynthGeometry};
 use dspark_convert::write::write_gguf;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::mmap::{map_input, Bytes};
 use crate::{Outcome, CANCEL};
 
 /// Name of the report written beside the output by default.
@@ -83,34 +82,12 @@ pub struct SynthArgs {
     pub quiet: bool,
 }
 
-/// A loaded source: layout, config and mapped weight files.
-pub struct LoadedSource {
-    pub layout: SourceLayout,
-    pub config: DraftConfig,
-    pub maps: Vec<Bytes>,
-}
-
-impl LoadedSource {
-    pub fn open(dir: &Path) -> Result<LoadedSource> {
-        let layout = SourceLayout::discover(dir)?;
-        let config = DraftConfig::read(&layout.config_path())?;
-        let maps = (0..layout.files.len())
-            .map(|i| map_input(&layout.path(i)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(LoadedSource {
-            layout,
-            config,
-            maps,
-        })
-    }
-
-    pub fn slices(&self) -> Vec<&[u8]> {
-        self.maps.iter().map(|m| &m[..]).collect()
-    }
-
-    pub fn checkpoint(&self) -> Result<Checkpoint<'_>> {
-        Ok(Checkpoint::parse(self.layout.clone(), &self.slices())?)
-    }
+/// Opens a checkpoint folder: its config and its validated weight files.
+pub fn open_source(dir: &Path) -> Result<(DraftConfig, Checkpoint)> {
+    let layout = SourceLayout::discover(dir)?;
+    let config = DraftConfig::read(&layout.config_path())?;
+    let ckpt = Checkpoint::open(layout)?;
+    Ok((config, ckpt))
 }
 
 fn progress_bar(total: u64, quiet: bool, what: &str) -> ProgressBar {
@@ -208,8 +185,7 @@ fn sync_dir(dir: &Path) {
 
 pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let started = Instant::now();
-    let src = LoadedSource::open(&a.src)?;
-    let ckpt = src.checkpoint()?;
+    let (config, ckpt) = open_source(&a.src)?;
     let options = Options {
         outtype: a.outtype,
         name: a.name.clone(),
@@ -218,7 +194,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         allow_extra: a.allow_extra,
         allow_nonfinite: a.allow_nonfinite,
     };
-    let plan = Plan::new(src.config.clone(), &ckpt, options)?;
+    let plan = Plan::new(config, &ckpt, options)?;
     let out = a
         .out
         .clone()
@@ -260,12 +236,10 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let slices = src.slices();
     let n_tensors = plan.tensors.len();
     let result = write_gguf(
         &plan,
         &ckpt,
-        &slices,
         tmp.as_file(),
         threads,
         &CANCEL,
@@ -279,7 +253,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     if CANCEL.load(Ordering::SeqCst) {
         return Err(dspark_convert::error::ConvertError::Cancelled.into());
     }
-    let sizes: Vec<u64> = src.maps.iter().map(|m| m.len() as u64).collect();
+    let sizes: Vec<u64> = ckpt.files.iter().map(|f| f.len).collect();
     let report = Report::new(&plan, &result, &sizes, &out_name);
     // Report to its own temporary file first, then both renames.
     let report_dir = match report_path.parent() {

@@ -8,7 +8,7 @@ use dspark_convert::report::Report;
 use dspark_convert::verify::{check_contract, check_report, check_source};
 use dspark_gguf::GgufFile;
 
-use crate::convert_cmd::LoadedSource;
+use crate::convert_cmd::open_source;
 use crate::mmap::map_input;
 use crate::Outcome;
 
@@ -64,20 +64,11 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         None => None,
     };
     if let Some(dir) = &a.source {
-        let src = LoadedSource::open(dir)?;
-        let ckpt = src.checkpoint()?;
+        let (config, ckpt) = open_source(dir)?;
         let threads = a
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let findings = check_source(
-            &file,
-            &bytes,
-            src.config.clone(),
-            &ckpt,
-            &src.slices(),
-            report.as_ref(),
-            threads,
-        )?;
+        let findings = check_source(&file, &bytes, config, &ckpt, report.as_ref(), threads)?;
         let what = if report.is_some() {
             "bit-exact with a fresh conversion of the source (bytes and recorded errors)"
         } else {

@@ -179,7 +179,7 @@ macro_rules! backbone {
 impl DraftConfig {
     /// Reads and resolves `path`.
     pub fn read(path: &Path) -> Result<DraftConfig> {
-        let text = std::fs::read(path).map_err(|e| ConvertError::io(path, e))?;
+        let text = crate::source::read_small(path)?;
         let root: Json = serde_json::from_slice(&text).map_err(|e| ConvertError::Config {
             path: path.to_path_buf(),
             key: "(file)".into(),

@@ -3,7 +3,8 @@
 //!
 //! # Brief overview
 //! - [`source::SourceLayout`] finds the weight files of a checkpoint folder and
-//!   [`source::Checkpoint`] validates them (the caller maps the files and passes bytes).
+//!   [`source::Checkpoint`] opens and validates them (headers only; data is read later,
+//!   chunk by chunk, with positioned reads).
 //! - [`config::DraftConfig`] resolves `config.json` in any of the known spellings, keeping
 //!   each value's origin.
 //! - [`plan::Plan`] cross-checks the two and decides every output byte but the hashes:
@@ -26,13 +27,12 @@
 //! write_synth(&SynthGeometry::tiny(), dir.path(), 0, &|_, _| true)?;
 //! let layout = SourceLayout::discover(dir.path())?;
 //! let config = DraftConfig::read(&layout.config_path())?;
-//! let weights = std::fs::read(layout.path(0))?;
-//! let ckpt = Checkpoint::parse(layout, &[&weights])?;
+//! let ckpt = Checkpoint::open(layout)?;
 //! let plan = Plan::new(config, &ckpt, Options::default())?;
 //! assert_eq!(plan.type_counts().len(), 2); // F32 norms and Q8_0 matrices
 //!
 //! let out = tempfile::tempfile()?;
-//! let result = write_gguf(&plan, &ckpt, &[&weights], &out, 2, &AtomicBool::new(false), &|_, _| {})?;
+//! let result = write_gguf(&plan, &ckpt, &out, 2, &AtomicBool::new(false), &|_, _| {})?;
 //! assert_eq!(result.output_size, plan.layout().file_size);
 //! assert!(result.tensors.iter().all(|t| t.errors.relative_rmse() < 0.01));
 //! # Ok::<(), Box<dyn std::error::Error>>(())

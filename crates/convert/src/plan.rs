@@ -219,7 +219,7 @@ fn shape_str(s: &[u64]) -> String {
 
 impl Plan {
     /// Checks `ckpt` against `config` and decides every byte of the output but the hashes.
-    pub fn new(config: DraftConfig, ckpt: &Checkpoint<'_>, options: Options) -> Result<Plan> {
+    pub fn new(config: DraftConfig, ckpt: &Checkpoint, options: Options) -> Result<Plan> {
         let c = &config;
         let cfg_err = |key: &str, msg: String| ConvertError::Config {
             path: c.path.clone(),

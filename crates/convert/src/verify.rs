@@ -506,14 +506,16 @@ pub fn check_source(
     file: &GgufFile<'_>,
     file_bytes: &[u8],
     config: DraftConfig,
-    ckpt: &Checkpoint<'_>,
-    source_files: &[&[u8]],
+    ckpt: &Checkpoint,
     report: Option<&Report>,
     threads: usize,
 ) -> Result<Vec<String>> {
     let mut f = Vec::new();
     let plan = Plan::new(config, ckpt, options_from_file(file))?;
-    let hashes: Vec<String> = source_files.iter().map(|b| sha256_hex(b)).collect();
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let hashes = (0..ckpt.files.len())
+        .map(|i| ckpt.hash_file(i, &never).map(|h| h.expect("never stopped")))
+        .collect::<Result<Vec<String>>>()?;
     let header = plan.header(&hashes).to_bytes();
     let data_offset = file.data_offset() as usize;
     if header.len() != data_offset || header[..] != file_bytes[..data_offset] {
@@ -551,7 +553,7 @@ pub fn check_source(
         all.par_iter()
             .map(|&c| {
                 let t = &plan.tensors[c.tensor];
-                let out = compute_chunk(t, ckpt.tensors[t.source_index].data, c, true)?;
+                let out = compute_chunk(t, ckpt, c, true)?;
                 let view = file.tensor(&t.name).expect("names compared above");
                 let start = t.ty.bytes_for(c.start).expect("whole blocks") as usize;
                 let got = view.data.get(start..start + out.bytes.len());

@@ -104,21 +104,24 @@ fn out_bytes(ty: GgmlType, len: u64) -> usize {
 }
 
 thread_local! {
-    static BUFS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread buffers: source bytes, decoded values, round-tripped values.
+    static BUFS: std::cell::RefCell<(Vec<u8>, Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// Converts one chunk.
+/// Converts one chunk, reading its source bytes.
 pub(crate) fn compute_chunk(
     t: &PlannedTensor,
-    src: &[u8],
+    ckpt: &Checkpoint,
     c: Chunk,
     allow_nonfinite: bool,
 ) -> Result<ChunkOut> {
     let k = kernels();
-    let size = t.source_dtype.size();
-    let raw = &src[c.start as usize * size..(c.start + c.len) as usize * size];
+    let size = t.source_dtype.size() as u64;
     BUFS.with(|b| {
-        let (x, y) = &mut *b.borrow_mut();
+        let (raw, x, y) = &mut *b.borrow_mut();
+        raw.resize((c.len * size) as usize, 0);
+        ckpt.read(&ckpt.tensors[t.source_index], c.start * size, raw)?;
         x.resize(c.len as usize, 0.0);
         float::decode(t.source_dtype, raw, x);
         let finite = x.iter().fold(true, |ok, v| ok & v.is_finite());
@@ -226,8 +229,7 @@ impl Shared {
 /// this returns `Ok`.
 pub fn write_gguf(
     plan: &Plan,
-    ckpt: &Checkpoint<'_>,
-    source_files: &[&[u8]],
+    ckpt: &Checkpoint,
     file: &File,
     threads: usize,
     cancel: &AtomicBool,
@@ -264,15 +266,15 @@ pub fn write_gguf(
         // Hasher.
         let hasher = s.spawn(|| -> Option<(Vec<String>, String)> {
             let mut source_sha = Vec::new();
-            for bytes in source_files {
-                let mut h = Sha256::new();
-                for piece in bytes.chunks(HASH_READ) {
-                    if shared.stop.load(Ordering::SeqCst) {
+            for i in 0..ckpt.files.len() {
+                match ckpt.hash_file(i, &shared.stop) {
+                    Ok(Some(h)) => source_sha.push(h),
+                    Ok(None) => return None,
+                    Err(e) => {
+                        shared.fail(e);
                         return None;
                     }
-                    h.update(piece);
                 }
-                source_sha.push(hex(&h.finalize()));
             }
             let header = plan.header(&source_sha).to_bytes();
             debug_assert_eq!(header.len() as u64, layout.data_offset);
@@ -340,12 +342,7 @@ pub fn write_gguf(
                     .par_iter()
                     .map(|&c| {
                         let t = &plan.tensors[c.tensor];
-                        compute_chunk(
-                            t,
-                            ckpt.tensors[t.source_index].data,
-                            c,
-                            plan.options.allow_nonfinite,
-                        )
+                        compute_chunk(t, ckpt, c, plan.options.allow_nonfinite)
                     })
                     .collect()
             });
@@ -385,6 +382,8 @@ pub fn write_gguf(
             msg: "a pipeline stage stopped without saying why".into(),
         });
     };
+    // Everything read came from the files as they were when opened, or we say so.
+    ckpt.check_unchanged()?;
     file.sync_all().map_err(io_err)?;
     Ok(WriteResult {
         source_sha256,
