@@ -113,11 +113,15 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     };
     let mut hp = [0u64; 6];
     for (i, (k, max)) in HPARAM_BOUNDS.iter().enumerate() {
-        let v = u32_key(&mut f, &key(k), true).unwrap_or(0);
-        if (v == 0 || v > *max) && file.get(&key(k)).is_some() {
-            f.push(format!("{} is {v}, expected 1..={max}", key(k)));
+        match u32_key(&mut f, &key(k), true) {
+            Some(v) if v == 0 || v > *max => f.push(format!("{} is {v}, expected 1..={max}", key(k))),
+            Some(v) => hp[i] = u64::from(v),
+            None => {}
         }
-        hp[i] = u64::from(v);
+    }
+    if hp.contains(&0) {
+        // Without a sound geometry no shape can be judged; what was found is enough.
+        return (s, f);
     }
     let [h, n_layers, n_ff, n_head, n_head_kv, hd] = hp;
     if n_head_kv > 0 && (n_head_kv > n_head || n_head % n_head_kv != 0) {
@@ -597,4 +601,21 @@ pub fn check_source(
         }
     }
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `cargo fuzz run gguf_parse` (2026-11-30): a valid GGUF whose
+    /// `block_count` is 4294967295 made the contract check list ~47 billion missing
+    /// tensors. Out-of-bounds geometry now ends the check at the bound finding.
+    #[test]
+    fn fuzz_oom_huge_block_count() {
+        let bytes = include_bytes!("../testdata/fuzz-gguf-oom-block-count.gguf");
+        let file = GgufFile::parse(bytes).unwrap();
+        let (_, findings) = check_contract(&file);
+        assert!(findings.iter().any(|f| f.contains("block_count is 4294967295, expected 1..=1024")), "{findings:?}");
+        assert!(findings.len() < 10, "{findings:?}");
+    }
 }

@@ -7,6 +7,8 @@
 //! `gguf_init_from_file_ptr` (`gguf-and-contract.md` §1.6) plus the crash paths it
 //! leaves open (zero dims, empty keys, wrongly typed alignment, bool bytes other than 0/1).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::error::{GgufError, Malformed};
 use crate::types::{pad_to, Array, GgmlType, Value, ValueType};
 use crate::writer::TensorInfo;
@@ -16,6 +18,14 @@ use crate::{DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_ARRAY_LEN, MAX_DIMS, MAX_NAME_LEN
 const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;
 /// Smallest possible tensor info: u64 length, a 1-byte name, u32 n_dims, u32 type, u64 offset.
 const MIN_TENSOR_INFO_BYTES: u64 = 8 + 1 + 4 + 4 + 8;
+
+/// Capacity to reserve for `n` declared items. Counts are already bounded by the bytes
+/// left, but an item can take more memory than its minimum size on disk (a string's
+/// 8-byte length becomes a 24-byte `String`), so large counts grow the vector as items
+/// actually parse instead of reserving up front.
+fn prealloc(n: u64) -> usize {
+    n.min(1024) as usize
+}
 
 /// A bounds-checked cursor over the file's bytes. No decoder indexes the slice itself.
 struct Cursor<'a> {
@@ -156,7 +166,7 @@ impl<'a> Cursor<'a> {
         let n = count as usize;
         macro_rules! collect {
             ($variant:ident, $ty:ty) => {{
-                let mut v: Vec<$ty> = Vec::with_capacity(n);
+                let mut v: Vec<$ty> = Vec::with_capacity(prealloc(count));
                 for _ in 0..n {
                     match self.scalar(elem, key)? {
                         Value::$variant(x) => v.push(x),
@@ -206,6 +216,8 @@ pub struct GgufFile<'a> {
     alignment: u64,
     data_offset: u64,
     bytes: &'a [u8],
+    /// Tensor name → index, for lookups in O(log n).
+    by_name: BTreeMap<String, usize>,
 }
 
 impl<'a> GgufFile<'a> {
@@ -239,8 +251,9 @@ impl<'a> GgufFile<'a> {
             }));
         }
 
-        let mut kvs: Vec<(String, Value)> = Vec::with_capacity(n_kvs as usize);
+        let mut kvs: Vec<(String, Value)> = Vec::with_capacity(prealloc(n_kvs));
         let mut alignment = DEFAULT_ALIGNMENT;
+        let mut seen_keys = BTreeSet::new();
         for _ in 0..n_kvs {
             let key_at = c.pos;
             let key = c.string("key")?;
@@ -251,7 +264,7 @@ impl<'a> GgufFile<'a> {
             if key.is_empty() {
                 return Err(at_key(Malformed::EmptyKey));
             }
-            if kvs.iter().any(|(k, _)| *k == key) {
+            if !seen_keys.insert(key.clone()) {
                 return Err(at_key(Malformed::DuplicateKey(key)));
             }
             let ty = c.value_type(&key, "value type")?;
@@ -271,8 +284,9 @@ impl<'a> GgufFile<'a> {
             kvs.push((key, value));
         }
 
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors as usize);
-        let mut offsets = Vec::with_capacity(n_tensors as usize);
+        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(prealloc(n_tensors));
+        let mut offsets = Vec::with_capacity(prealloc(n_tensors));
+        let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         for _ in 0..n_tensors {
             let name_at = c.pos;
             let name = c.string("tensor name")?;
@@ -283,7 +297,7 @@ impl<'a> GgufFile<'a> {
             if name.is_empty() || name.len() > MAX_NAME_LEN {
                 return Err(at_name(Malformed::BadTensorName(name)));
             }
-            if tensors.iter().any(|t| t.name == name) {
+            if by_name.insert(name.clone(), tensors.len()).is_some() {
                 return Err(at_name(Malformed::DuplicateTensor(name)));
             }
             let n_dims = c.u32("n_dims")?;
@@ -392,6 +406,7 @@ impl<'a> GgufFile<'a> {
             });
         }
         Ok(GgufFile {
+            by_name,
             version,
             kvs,
             tensors,
@@ -444,10 +459,9 @@ impl<'a> GgufFile<'a> {
 
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, GgufError> {
-        self.tensors
-            .iter()
-            .position(|t| t.name == name)
-            .map(|i| self.view(i))
+        self.by_name
+            .get(name)
+            .map(|&i| self.view(i))
             .ok_or_else(|| GgufError::TensorNotFound(name.to_string()))
     }
 

@@ -1,0 +1,31 @@
+//! Any bytes into the strict GGUF reader; on success, every view, the contract check,
+//! and a rewrite that must parse back to the same metadata and tensors.
+#![no_main]
+
+use dspark_gguf::{GgufFile, Header};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(file) = GgufFile::parse(data) else { return };
+    for t in file.tensors() {
+        assert_eq!(t.data.len() as u64, t.info.n_bytes());
+    }
+    let _ = dspark_convert::verify::check_contract(&file);
+    let mut h = Header::new();
+    for (k, v) in file.kvs() {
+        h.push_kv(k.clone(), v.clone()).expect("a parsed key is writable");
+    }
+    let mut blobs = Vec::new();
+    for t in file.tensors() {
+        if t.info.dims.is_empty() {
+            return; // the writer refuses scalar (n_dims = 0) tensors by design
+        }
+        h.push_tensor(t.info.clone()).expect("a parsed tensor info is writable");
+        blobs.push(t.data);
+    }
+    let mut out = Vec::new();
+    h.write_file(&mut out, &blobs).expect("writing to memory");
+    let again = GgufFile::parse(&out).expect("a rewritten file parses");
+    assert_eq!(again.kvs(), file.kvs());
+    assert_eq!(again.tensor_infos(), file.tensor_infos());
+});
