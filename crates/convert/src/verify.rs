@@ -114,7 +114,9 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     let mut hp = [0u64; 6];
     for (i, (k, max)) in HPARAM_BOUNDS.iter().enumerate() {
         match u32_key(&mut f, &key(k), true) {
-            Some(v) if v == 0 || v > *max => f.push(format!("{} is {v}, expected 1..={max}", key(k))),
+            Some(v) if v == 0 || v > *max => {
+                f.push(format!("{} is {v}, expected 1..={max}", key(k)))
+            }
             Some(v) => hp[i] = u64::from(v),
             None => {}
         }
@@ -615,7 +617,12 @@ mod tests {
         let bytes = include_bytes!("../testdata/fuzz-gguf-oom-block-count.gguf");
         let file = GgufFile::parse(bytes).unwrap();
         let (_, findings) = check_contract(&file);
-        assert!(findings.iter().any(|f| f.contains("block_count is 4294967295, expected 1..=1024")), "{findings:?}");
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.contains("block_count is 4294967295, expected 1..=1024")),
+            "{findings:?}"
+        );
         assert!(findings.len() < 10, "{findings:?}");
     }
 }

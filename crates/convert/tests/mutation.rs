@@ -1,0 +1,142 @@
+//! Deterministic mutation tests (they run in CI; the coverage-guided fuzzers in `fuzz/`
+//! do not): every truncation and thousands of seeded byte flips of valid inputs must
+//! give `Ok` or `Err` — never a panic — and stay under a memory bound enforced by a
+//! capped global allocator (an allocation past it aborts the test binary).
+
+use std::alloc::System;
+use std::path::Path;
+
+use cap::Cap;
+use dspark_convert::config::DraftConfig;
+use dspark_convert::source::parse_header;
+use dspark_convert::verify::check_contract;
+use dspark_gguf::GgufFile;
+
+#[global_allocator]
+static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
+
+/// What any single parse may allocate beyond what the test itself holds.
+const MEMORY_BOUND: usize = 256 << 20;
+
+fn seed(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// splitmix64, so the flips are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Every truncation, then `flips` mutants: single bit flips, random bytes, and 8-byte
+/// fields overwritten with extreme values (counts, lengths, dims, offsets).
+fn mutants(valid: &[u8], flips: usize, seed: u64, mut check: impl FnMut(&[u8])) {
+    for len in 0..valid.len() {
+        check(&valid[..len]);
+    }
+    let mut rng = Rng(seed);
+    let extremes = [
+        0u64,
+        1,
+        0xff,
+        0x7fff_ffff,
+        0xffff_ffff,
+        1 << 32,
+        i64::MAX as u64,
+        u64::MAX,
+    ];
+    let mut m = valid.to_vec();
+    for i in 0..flips {
+        m.copy_from_slice(valid);
+        let pos = (rng.next() % valid.len() as u64) as usize;
+        match i % 3 {
+            0 => m[pos] ^= 1 << (rng.next() % 8),
+            1 => m[pos] = rng.next() as u8,
+            _ => {
+                let v = extremes[(rng.next() % extremes.len() as u64) as usize].to_le_bytes();
+                let end = (pos + 8).min(m.len());
+                m[pos..end].copy_from_slice(&v[..end - pos]);
+            }
+        }
+        check(&m);
+    }
+}
+
+/// Runs `f` with at most [`MEMORY_BOUND`] more bytes available than are in use now.
+/// The allocator is process-wide, so the three input kinds run from one `#[test]`.
+fn bounded(f: impl FnOnce()) {
+    ALLOC
+        .set_limit(ALLOC.allocated() + MEMORY_BOUND)
+        .expect("limit above current use");
+    f();
+    ALLOC.set_limit(usize::MAX).expect("lift the limit");
+}
+
+#[test]
+fn mutated_inputs_never_panic_and_stay_bounded() {
+    gguf_files();
+    safetensors_headers();
+    configs();
+}
+
+fn gguf_files() {
+    for (name, seed_value) in [
+        ("gguf_parse/seed-micro-drafter.gguf", 1),
+        ("gguf_parse/seed-all-types.gguf", 2),
+    ] {
+        let valid = seed(name);
+        let (mut ok, mut err) = (0usize, 0usize);
+        mutants(&valid, 4000, seed_value, |bytes| {
+            bounded(|| match GgufFile::parse(bytes) {
+                Ok(file) => {
+                    ok += 1;
+                    for t in file.tensors() {
+                        assert_eq!(t.data.len() as u64, t.info.n_bytes());
+                    }
+                    let _ = check_contract(&file);
+                }
+                Err(e) => {
+                    err += 1;
+                    assert!(!e.to_string().is_empty());
+                }
+            })
+        });
+        // Most mutants must be refused; some (flips inside tensor data) stay valid.
+        assert!(err > valid.len() && ok > 0, "{name}: {ok} ok, {err} errors");
+    }
+}
+
+fn safetensors_headers() {
+    let valid = seed("safetensors_header/seed-small.safetensors");
+    mutants(&valid, 4000, 3, |bytes| {
+        bounded(|| {
+            let _ = parse_header(bytes, bytes.len() as u64);
+        })
+    });
+}
+
+fn configs() {
+    for (name, s) in [
+        ("config/seed-specforge.json", 4),
+        ("config/seed-flat-v4.json", 5),
+    ] {
+        let valid = seed(name);
+        mutants(&valid, 3000, s, |bytes| {
+            bounded(|| {
+                if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                    let _ = DraftConfig::from_json(&json, Path::new("config.json"));
+                }
+            })
+        });
+    }
+}
