@@ -606,3 +606,76 @@ fn inspect_prints_everything_and_json_is_complete() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("garbage.gguf: malformed GGUF at byte"));
 }
+
+/// Every file of the crafted-attack suite (`tests/crafted/`, built by
+/// `crates/gguf/tests/crafted.rs`) is refused by `inspect` and `verify` with exit 1 and a
+/// message naming the broken field — never a panic (101) or a signal.
+#[test]
+fn crafted_gguf_files_are_refused_cleanly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/crafted");
+    let mut n = 0;
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "gguf") {
+            continue;
+        }
+        n += 1;
+        for cmd in ["inspect", "verify"] {
+            let o = dspark(&[cmd, s(&path)]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{cmd} {}: {err}", path.display());
+            assert!(
+                err.contains("malformed GGUF at byte"),
+                "{cmd} {}: {err}",
+                path.display()
+            );
+            assert!(!err.contains("panicked"), "{cmd} {}: {err}", path.display());
+        }
+    }
+    assert!(n >= 30, "only {n} crafted files");
+}
+
+/// Mutants of a valid source folder (its safetensors header and its config) make
+/// `convert` succeed or fail with exit 1, never crash, and never leave anything behind.
+#[test]
+fn mutated_sources_convert_or_fail_cleanly() {
+    let t = Tmp::new();
+    let src = synth_tiny(&t.path("src"), 0);
+    let st = fs::read(src.join("model.safetensors")).unwrap();
+    let cfg = fs::read(src.join("config.json")).unwrap();
+    let header_end = 8 + u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let dest = t.path("dest");
+    fs::create_dir(&dest).unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut codes = [0usize; 2];
+    for i in 0..160 {
+        let (mut st_m, mut cfg_m) = (st.clone(), cfg.clone());
+        if i % 2 == 0 {
+            let pos = (next(&mut state) % header_end as u64) as usize;
+            st_m[pos] = next(&mut state) as u8;
+        } else {
+            let pos = (next(&mut state) % cfg.len() as u64) as usize;
+            cfg_m[pos] = b"0123456789{}[],:\"-e. x"[(next(&mut state) % 22) as usize];
+        }
+        fs::write(src.join("model.safetensors"), &st_m).unwrap();
+        fs::write(src.join("config.json"), &cfg_m).unwrap();
+        let out = dest.join("x.gguf");
+        let o = dspark(&["convert", s(&src), "-o", s(&out), "-q", "--force"]);
+        let code = o.status.code();
+        assert!(
+            matches!(code, Some(0) | Some(1)),
+            "mutant {i}: exit {code:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        codes[code.unwrap() as usize] += 1;
+        let left = names_in(&dest);
+        if code == Some(0) {
+            assert_eq!(left, ["conversion-report.json", "x.gguf"], "mutant {i}");
+            fs::remove_file(&out).unwrap();
+            fs::remove_file(dest.join("conversion-report.json")).unwrap();
+        } else {
+            assert!(left.is_empty(), "mutant {i} left {left:?}");
+        }
+    }
+    assert!(codes[1] > 40, "too few mutants were refused: {codes:?}");
+}
