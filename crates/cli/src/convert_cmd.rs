@@ -3,12 +3,12 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use dspark_convert::config::DraftConfig;
-use dspark_convert::plan::{Options, OutType, Plan};
+use dspark_convert::plan::{default_file_name, model_name, Options, OutType, Plan};
 use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::synth::{write_synth, SynthGeometry};
@@ -68,7 +68,7 @@ fn parse_outtype(s: &str) -> Result<OutType, String> {
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Geometry: tiny or kimi-k3-dspark.
+    /// Geometry: tiny (119 K parameters), small (≈ 250 M) or kimi-k3-dspark (2.25 B, the reference).
     #[arg(long)]
     pub geometry: String,
     /// Output folder (created if missing).
@@ -162,19 +162,88 @@ fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A temporary file in `dir` named after `final_name`, removed on drop unless persisted.
+/// Suffix of every temporary file dspark writes; a stale one (its run was killed) is
+/// recognised by it, and by holding no lock.
+pub const PARTIAL_SUFFIX: &str = ".dspark-partial";
+
+/// Stale temporaries younger than this are left alone: their run may have created the
+/// file and not yet locked it.
+const STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// A locked temporary file in `dir` named after `final_name`, removed on drop unless
+/// persisted. The lock (held until the file is closed) tells other runs it is live.
 fn temp_in(dir: &Path, final_name: &str) -> Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(&format!(".{final_name}."))
-        .suffix(".dspark-partial")
+        .suffix(PARTIAL_SUFFIX)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .tempfile_in(dir)
         .with_context(|| {
             format!(
-                "{}: cannot create a temporary file (is the folder writable?)",
+                "{}: cannot create a file in this folder (is it writable?)",
                 dir.display()
             )
-        })
+        })?;
+    tmp.as_file().try_lock().map_err(|e| {
+        anyhow::anyhow!(
+            "{}: cannot lock the temporary file: {e}",
+            tmp.path().display()
+        )
+    })?;
+    Ok(tmp)
+}
+
+/// Removes temporary files of earlier runs into `dir` that were killed (SIGKILL, power
+/// loss): dspark's suffix, no live run holding their lock, and not brand new.
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with('.') && name.ends_with(PARTIAL_SUFFIX)) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let young = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_none_or(|age| age < STALE_AFTER);
+        if !meta.is_file() || young {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        if file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
+            eprintln!(
+                "dspark: removed {}, left by an interrupted run",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Reserves `len` bytes for `file` so a full disk is reported before any work, naming
+/// how much is needed and free. Filesystems without `fallocate` are written as usual.
+fn reserve(file: &std::fs::File, len: u64, dest: &Path) -> Result<()> {
+    use rustix::fs::{fallocate, fstatvfs, FallocateFlags};
+    match fallocate(file, FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::NOSPC) => {
+            let free = fstatvfs(file).map(|v| v.f_bavail * v.f_frsize).ok();
+            let free = free.map_or(String::new(), |f| format!(", {f} are free"));
+            bail!("{}: no space left on device: the output needs {len} bytes{free}; nothing was written", dest.display())
+        }
+        Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e))
+            .with_context(|| format!("{}: cannot reserve {len} bytes", dest.display())),
+    }
 }
 
 fn sync_dir(dir: &Path) {
@@ -183,9 +252,29 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+fn parent_or_cwd(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn file_name_of(p: &Path) -> Result<String> {
+    Ok(p.file_name()
+        .with_context(|| format!("{}: not a file path", p.display()))?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn cancelled() -> Result<()> {
+    if CANCEL.load(Ordering::SeqCst) {
+        return Err(dspark_convert::error::ConvertError::Cancelled.into());
+    }
+    Ok(())
+}
+
 pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let started = Instant::now();
-    let (config, ckpt) = open_source(&a.src)?;
     let options = Options {
         outtype: a.outtype,
         name: a.name.clone(),
@@ -194,44 +283,55 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         allow_extra: a.allow_extra,
         allow_nonfinite: a.allow_nonfinite,
     };
-    let plan = Plan::new(config, &ckpt, options)?;
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(plan.default_file_name()));
-    let out_name = out
-        .file_name()
-        .with_context(|| format!("{}: not a file path", out.display()))?
-        .to_string_lossy()
-        .into_owned();
-    let out_dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    // 1. The destination is known from the options alone: check it before the source.
+    let out = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from(default_file_name(
+            &model_name(&a.src, &options),
+            options.outtype,
+        ))
+    });
+    let (out_dir, out_name) = (parent_or_cwd(&out), file_name_of(&out)?);
     let report_path = a
         .report
         .clone()
         .unwrap_or_else(|| out_dir.join(REPORT_FILE));
-    if a.dry_run {
-        print_plan(&plan, &out)?;
-        return Ok(Outcome::Ok);
-    }
-    if !a.force {
-        for p in [&out, &report_path] {
-            if p.exists() {
-                bail!(
-                    "{}: already exists (use --force to replace it, or choose another path)",
-                    p.display()
-                );
+    let (report_dir, report_name) = (parent_or_cwd(&report_path), file_name_of(&report_path)?);
+    let mut temps = None;
+    if !a.dry_run {
+        if !a.force {
+            for p in [&out, &report_path] {
+                if p.exists() {
+                    bail!(
+                        "{}: already exists (use --force to replace it, or choose another path)",
+                        p.display()
+                    );
+                }
             }
         }
+        for d in [&out_dir, &report_dir] {
+            if !d.is_dir() {
+                bail!("{}: the output folder does not exist", d.display());
+            }
+            remove_stale_temps(d);
+        }
+        temps = Some((
+            temp_in(&out_dir, &out_name)?,
+            temp_in(&report_dir, &report_name)?,
+        ));
     }
-    if !out_dir.is_dir() {
-        bail!("{}: the output folder does not exist", out_dir.display());
-    }
-    // Create the temporary output first: an unwritable destination fails before any work.
-    let tmp = temp_in(&out_dir, &out_name)?;
+
+    // 2. The source, checked completely before any data is read.
+    let (config, ckpt) = open_source(&a.src)?;
+    let plan = Plan::new(config, &ckpt, options)?;
+    let Some((tmp, mut rtmp)) = temps else {
+        print_plan(&plan, &out)?;
+        return Ok(Outcome::Ok);
+    };
     let layout = plan.layout();
+    reserve(tmp.as_file(), layout.file_size, &out)?;
+    cancelled()?;
+
+    // 3. Convert.
     let pb = progress_bar(layout.file_size - layout.data_offset, a.quiet, "converting");
     let threads = a
         .threads
@@ -241,6 +341,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         &plan,
         &ckpt,
         tmp.as_file(),
+        &out,
         threads,
         &CANCEL,
         &|done, tensors| {
@@ -250,29 +351,26 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     );
     pb.finish_and_clear();
     let result = result?;
-    if CANCEL.load(Ordering::SeqCst) {
-        return Err(dspark_convert::error::ConvertError::Cancelled.into());
-    }
+    cancelled()?;
+
+    // 4. The report, then both renames.
     let sizes: Vec<u64> = ckpt.files.iter().map(|f| f.len).collect();
     let report = Report::new(&plan, &result, &sizes, &out_name);
-    // Report to its own temporary file first, then both renames.
-    let report_dir = match report_path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    let report_err = |e: std::io::Error| {
+        let msg = if e.kind() == std::io::ErrorKind::StorageFull {
+            "no space left on device".to_string()
+        } else {
+            e.to_string()
+        };
+        anyhow::anyhow!(
+            "{}: cannot write the report: {msg}; nothing was written",
+            report_path.display()
+        )
     };
-    let report_name = report_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| REPORT_FILE.into());
-    let mut rtmp = temp_in(&report_dir, &report_name)?;
     rtmp.write_all(report.to_json().as_bytes())
-        .with_context(|| format!("{}: cannot write the report", report_path.display()))?;
-    rtmp.as_file()
-        .sync_all()
-        .with_context(|| format!("{}: cannot sync the report", report_path.display()))?;
-    if CANCEL.load(Ordering::SeqCst) {
-        return Err(dspark_convert::error::ConvertError::Cancelled.into());
-    }
+        .map_err(report_err)?;
+    rtmp.as_file().sync_all().map_err(report_err)?;
+    cancelled()?;
     tmp.persist(&out).with_context(|| {
         format!(
             "{}: cannot move the finished file into place",

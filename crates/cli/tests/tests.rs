@@ -679,3 +679,220 @@ fn mutated_sources_convert_or_fail_cleanly() {
     }
     assert!(codes[1] > 40, "too few mutants were refused: {codes:?}");
 }
+
+/// Starts a conversion of `src` into `dest/x.gguf` and waits until it is writing data
+/// (its temporary file starts with a GGUF header). Returns the child.
+fn start_converting(src: &Path, dest: &Path) -> std::process::Child {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args([
+            "convert",
+            s(src),
+            "-o",
+            s(&dest.join("x.gguf")),
+            "-q",
+            "--threads",
+            "1",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let writing = |p: &Path| {
+        let mut magic = [0u8; 4];
+        fs::File::open(p)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok()
+            && &magic == b"GGUF"
+    };
+    loop {
+        let partial = fs::read_dir(dest)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| s(p).ends_with(".dspark-partial") && s(p).contains(".x.gguf."));
+        if partial.is_some_and(|p| writing(&p)) {
+            return child;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the conversion ended ({status}) before it could be disturbed: {err}");
+        }
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the conversion never started writing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn finish(child: std::process::Child) -> (Option<i32>, String) {
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// Interruptions and a source that changes under the converter: the destination is
+/// left as it was (a killed run leaves only a marked temporary, which the next run
+/// removes).
+#[test]
+fn faults_during_conversion_leave_the_destination_as_it_was() {
+    let t = Tmp::new();
+    let src = t.path("small");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "small",
+        "--out",
+        s(&src),
+        "-q",
+    ]));
+    let dest = t.path("dest");
+    fs::create_dir(&dest).unwrap();
+    fs::write(dest.join("keep.txt"), "unrelated").unwrap();
+
+    for sig in ["-INT", "-TERM"] {
+        let child = start_converting(&src, &dest);
+        signal(&child, sig);
+        let (code, err) = finish(child);
+        assert_eq!(code, Some(130), "{sig}: {err}");
+        assert!(
+            err.contains("interrupted; nothing was written"),
+            "{sig}: {err}"
+        );
+        assert_eq!(names_in(&dest), ["keep.txt"], "{sig}");
+    }
+
+    // SIGKILL: only a temporary named for what it is remains; the next run removes it.
+    let child = start_converting(&src, &dest);
+    signal(&child, "-KILL");
+    let (code, _) = finish(child);
+    assert_eq!(code, None, "killed by a signal");
+    let left = names_in(&dest);
+    assert_eq!(left.len(), 3, "{left:?}"); // keep.txt and the two locked temporaries
+    assert!(
+        left.iter()
+            .filter(|n| n.ends_with(".dspark-partial"))
+            .count()
+            == 2,
+        "{left:?}"
+    );
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    for n in left.iter().filter(|n| n.ends_with(".dspark-partial")) {
+        fs::File::options()
+            .write(true)
+            .open(dest.join(n))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let tiny = synth_tiny(&t.path("tiny"), 0);
+    let o = dspark(&["convert", s(&tiny), "-o", s(&dest.join("y.gguf")), "-q"]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("left by an interrupted run"));
+    assert_eq!(
+        names_in(&dest),
+        ["conversion-report.json", "keep.txt", "y.gguf"]
+    );
+    fs::remove_file(dest.join("y.gguf")).unwrap();
+    fs::remove_file(dest.join("conversion-report.json")).unwrap();
+
+    // The source rewritten in place (same size) during the run.
+    let st = src.join("model.safetensors");
+    let child = start_converting(&src, &dest);
+    let f = fs::File::options().write(true).open(&st).unwrap();
+    let in_data = f.metadata().unwrap().len() - 1000;
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0x3f], in_data).unwrap();
+    drop(f);
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the source changed during the run (it was modified)"),
+        "{err}"
+    );
+    assert_eq!(names_in(&dest), ["keep.txt"]);
+
+    // The source growing during the run.
+    let child = start_converting(&src, &dest);
+    fs::File::options()
+        .append(true)
+        .open(&st)
+        .unwrap()
+        .write_all_at_end(b"more");
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("its size went from"), "{err}");
+    assert_eq!(names_in(&dest), ["keep.txt"]);
+}
+
+trait AppendAll {
+    fn write_all_at_end(self, b: &[u8]);
+}
+
+impl AppendAll for fs::File {
+    fn write_all_at_end(mut self, b: &[u8]) {
+        std::io::Write::write_all(&mut self, b).unwrap();
+    }
+}
+
+/// Runs `script` in a private mount namespace (`unshare -rm`), so it can mount a small
+/// or read-only tmpfs without touching the machine's mounts.
+fn in_mount_namespace(script: &str) -> String {
+    let o = std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c", script])
+        .output()
+        .expect("unshare (util-linux)");
+    assert!(
+        o.status.success(),
+        "namespace setup failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn full_disk_and_unwritable_destination_fail_cleanly() {
+    let t = Tmp::new();
+    let src = synth_tiny(&t.path("src"), 0);
+    let mnt = t.path("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let bin = env!("CARGO_BIN_EXE_dspark");
+    // 64 KiB cannot hold the 130 KB output.
+    let out = in_mount_namespace(&format!(
+        "mount -t tmpfs -o size=64k tmpfs {m} && {bin} convert {src} -o {m}/x.gguf -q 2>&1; echo \"exit=$?\"; ls -A {m}",
+        m = s(&mnt),
+        src = s(&src)
+    ));
+    assert!(
+        out.contains("x.gguf: no space left on device: the output needs 132576 bytes"),
+        "{out}"
+    );
+    assert!(out.contains("exit=1"), "{out}");
+    assert_eq!(
+        out.lines().last().unwrap(),
+        "exit=1",
+        "files were left behind: {out}"
+    );
+
+    // A read-only destination is refused before the source is even opened.
+    let out = in_mount_namespace(&format!(
+        "mount -t tmpfs -o ro tmpfs {m} && {bin} convert /nonexistent/source -o {m}/x.gguf -q 2>&1; echo \"exit=$?\"",
+        m = s(&mnt)
+    ));
+    assert!(out.contains("cannot create a file in this folder"), "{out}");
+    assert!(
+        !out.contains("nonexistent"),
+        "the source was looked at first: {out}"
+    );
+    assert!(out.contains("exit=1"), "{out}");
+}

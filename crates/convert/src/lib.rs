@@ -32,7 +32,7 @@
 //! assert_eq!(plan.type_counts().len(), 2); // F32 norms and Q8_0 matrices
 //!
 //! let out = tempfile::tempfile()?;
-//! let result = write_gguf(&plan, &ckpt, &out, 2, &AtomicBool::new(false), &|_, _| {})?;
+//! let result = write_gguf(&plan, &ckpt, &out, std::path::Path::new("out.gguf"), 2, &AtomicBool::new(false), &|_, _| {})?;
 //! assert_eq!(result.output_size, plan.layout().file_size);
 //! assert!(result.tensors.iter().all(|t| t.errors.relative_rmse() < 0.01));
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -479,7 +479,7 @@ impl Plan {
                     options.outtype.matrix_type()
                 }
             };
-            let (ty, fallback) = if dims[0] % policy.block_size() != 0 {
+            let (ty, fallback) = if !dims[0].is_multiple_of(policy.block_size()) {
                 (
                     GgmlType::F16,
                     Some(format!(
@@ -518,24 +518,11 @@ impl Plan {
             markov_vocab,
             confidence_dim,
         };
-        let folder = ckpt
-            .layout
-            .dir
-            .canonicalize()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "model".to_string());
         let repository = options
             .source_repo
             .clone()
-            .unwrap_or_else(|| folder.clone());
-        let name = options.name.clone().unwrap_or_else(|| {
-            options
-                .source_repo
-                .as_deref()
-                .map(|r| r.rsplit('/').next().unwrap_or(r).to_string())
-                .unwrap_or(folder)
-        });
+            .unwrap_or_else(|| folder_name(&ckpt.layout.dir));
+        let name = model_name(&ckpt.layout.dir, &options);
         let parameters = tensors.iter().map(|t| t.n_elements()).sum();
         let mut plan = Plan {
             meta: Vec::new(),
@@ -950,8 +937,33 @@ impl Plan {
 
     /// The default output file name: `<name>-<TYPE>.gguf`.
     pub fn default_file_name(&self) -> String {
-        format!("{}-{}.gguf", self.name, self.options.outtype.label())
+        default_file_name(&self.name, self.options.outtype)
     }
+}
+
+/// The source folder's own name (`model` when it has none, e.g. `/`).
+fn folder_name(dir: &std::path::Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "model".to_string())
+}
+
+/// `general.name`: `--name`, else the `--source-repo` name, else the source folder's name.
+/// Known before the source is read, so a default output path can be checked first.
+pub fn model_name(src_dir: &std::path::Path, options: &Options) -> String {
+    options.name.clone().unwrap_or_else(|| {
+        options
+            .source_repo
+            .as_deref()
+            .map(|r| r.rsplit('/').next().unwrap_or(r).to_string())
+            .unwrap_or_else(|| folder_name(src_dir))
+    })
+}
+
+/// The default output file name: `<name>-<TYPE>.gguf`.
+pub fn default_file_name(name: &str, outtype: OutType) -> String {
+    format!("{name}-{}.gguf", outtype.label())
 }
 
 /// The source name a missing GGUF tensor would have had, for messages.

@@ -103,10 +103,38 @@ impl SynthGeometry {
         }
     }
 
+    /// A mid-size geometry (≈ 250 M parameters, 0.5 GB as BF16): big enough that a
+    /// conversion takes a moment, for tests that interrupt or disturb one.
+    pub fn small() -> SynthGeometry {
+        SynthGeometry {
+            name: "small",
+            hidden: 1024,
+            layers: 16,
+            heads: 16,
+            kv_heads: 4,
+            head_dim: 64,
+            ffn: 4096,
+            vocab: 32768,
+            markov_rank: 64,
+            target_layer_ids: vec![2, 9, 17, 24],
+            target_layers: 28,
+            block_size: 8,
+            max_position_embeddings: 32768,
+            rope_theta: 1_000_000.0,
+            yarn_factor: 4.0,
+            yarn_original: 8192,
+            mask_token_id: 32000,
+            bos_token_id: 1,
+            eos_token_id: 2,
+            pad_token_id: 32767,
+        }
+    }
+
     /// Looks a geometry up by its CLI name.
     pub fn by_name(name: &str) -> Option<SynthGeometry> {
         match name {
             "tiny" => Some(SynthGeometry::tiny()),
+            "small" => Some(SynthGeometry::small()),
             "kimi-k3-dspark" => Some(SynthGeometry::kimi_k3_dspark()),
             _ => None,
         }
@@ -242,7 +270,7 @@ fn safetensors_header(tensors: &[(String, Vec<u64>)]) -> Vec<u8> {
         offset += bytes;
     }
     let mut text = serde_json::to_vec(&serde_json::Value::Object(map)).expect("header serializes");
-    while (8 + text.len()) % 8 != 0 {
+    while !(8 + text.len()).is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();

@@ -224,19 +224,21 @@ impl Shared {
 }
 
 /// Writes the GGUF `plan` describes into `file` (an empty temporary file), streaming
-/// from `ckpt`. `threads` sizes the compute pool; `cancel` is polled between chunks;
-/// `progress` is called with the data bytes and the tensors written so far. The file is fsynced before
-/// this returns `Ok`.
+/// from `ckpt`. `dest` is the final path, used in messages. `threads` sizes the compute
+/// pool; `cancel` is polled between chunks; `progress` is called with the data bytes and
+/// the tensors written so far. The file is fsynced and the source checked unchanged
+/// before this returns `Ok`.
 pub fn write_gguf(
     plan: &Plan,
     ckpt: &Checkpoint,
     file: &File,
+    dest: &std::path::Path,
     threads: usize,
     cancel: &AtomicBool,
     progress: &(dyn Fn(u64, usize) + Sync),
 ) -> Result<WriteResult> {
     let layout = plan.layout();
-    let out_path = || std::path::PathBuf::from("(output)");
+    let out_path = || dest.to_path_buf();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("dspark-quantize-{i}"))
@@ -257,7 +259,14 @@ pub fn write_gguf(
     let (tx, rx) = sync_channel::<ChunkOut>(window * 2);
     let io_err = |e: std::io::Error| ConvertError::Output {
         path: out_path(),
-        msg: format!("write failed: {e}"),
+        msg: if e.kind() == std::io::ErrorKind::StorageFull {
+            format!(
+                "no space left on device (the output needs {} bytes); nothing was written",
+                layout.file_size
+            )
+        } else {
+            format!("write failed: {e}")
+        },
     };
 
     let (tensor_results, source_sha256, output_sha256) = std::thread::scope(|s| {

@@ -134,7 +134,7 @@ impl GgmlType {
     /// Bytes of a tensor of `n_elements` elements whose rows are whole blocks, or `None`
     /// if `n_elements` is not a multiple of the block size or the size overflows.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
-        if n_elements % self.block_size() != 0 {
+        if !n_elements.is_multiple_of(self.block_size()) {
             return None;
         }
         (n_elements / self.block_size()).checked_mul(self.type_size())

@@ -124,7 +124,7 @@ impl Header {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| bad("element count overflows u64".into()))?;
-        if info.dims[0] % info.ty.block_size() != 0 {
+        if !info.dims[0].is_multiple_of(info.ty.block_size()) {
             return Err(bad(format!(
                 "row length {} is not a multiple of {}'s block size {}",
                 info.dims[0],

@@ -53,7 +53,7 @@ fn file(
     for i in infos {
         b.extend_from_slice(i);
     }
-    while b.len() % 32 != 0 {
+    while !b.len().is_multiple_of(32) {
         b.push(0);
     }
     b.resize(b.len() + data_len, 0);

@@ -119,7 +119,7 @@ fn raw(kvs: &[Vec<u8>], infos: &[Vec<u8>], data_len: usize) -> Vec<u8> {
     for i in infos {
         b.extend_from_slice(i);
     }
-    while b.len() % 32 != 0 {
+    while !b.len().is_multiple_of(32) {
         b.push(0);
     }
     b.extend(std::iter::repeat_n(0u8, data_len));

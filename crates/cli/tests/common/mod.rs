@@ -159,7 +159,7 @@ pub fn write_safetensors(p: &Path, tensors: &[StTensor]) {
         offset += t.data.len();
     }
     let mut text = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
