@@ -12,6 +12,9 @@ use crate::convert_cmd::open_source;
 use crate::mmap::map_input;
 use crate::Outcome;
 
+/// Largest report read (a Kimi K3 report is 60 KB; one line per tensor and key).
+const MAX_REPORT_LEN: u64 = 64 << 20;
+
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// The GGUF file.
@@ -52,6 +55,15 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let mut all_ok = say("dflash-draft contract", &check_contract(&file).1);
     let report = match &a.report {
         Some(p) => {
+            let len = std::fs::metadata(p)
+                .with_context(|| format!("{}: cannot read", p.display()))?
+                .len();
+            if len > MAX_REPORT_LEN {
+                anyhow::bail!(
+                    "{}: {len} bytes is too large for a conversion report (limit {MAX_REPORT_LEN})",
+                    p.display()
+                );
+            }
             let text = std::fs::read(p).with_context(|| format!("{}: cannot read", p.display()))?;
             let r: Report = serde_json::from_slice(&text)
                 .with_context(|| format!("{}: not a dspark conversion report", p.display()))?;

@@ -280,7 +280,7 @@ impl DraftConfig {
                 ));
             }
         }
-        Ok(DraftConfig {
+        DraftConfig {
             path: path.to_path_buf(),
             architectures,
             num_hidden_layers: l.req_uint(backbone!("num_hidden_layers"))?,
@@ -323,7 +323,8 @@ impl DraftConfig {
             target_layer_ids,
             target_hidden_size,
             markov_head_type,
-        })
+        }
+        .check_bounds()
     }
 
     fn rope_scaling(l: &Lookup<'_>) -> Result<Option<RopeScaling>> {
@@ -418,6 +419,43 @@ impl DraftConfig {
             key
         };
         Ok(Sourced::new(ids, from))
+    }
+
+    /// Refuses sizes outside what the `dflash-draft` loader accepts
+    /// (`gguf-and-contract.md` §5.2), before any arithmetic or allocation uses them.
+    fn check_bounds(self) -> Result<DraftConfig> {
+        let bounds: [(&Sourced<u64>, u64); 7] = [
+            (&self.hidden_size, 131_072),
+            (&self.num_hidden_layers, 1024),
+            (&self.num_attention_heads, 1024),
+            (&self.num_key_value_heads, 1024),
+            (&self.head_dim, 1024),
+            (&self.intermediate_size, 524_288),
+            (&self.block_size, 1024),
+        ];
+        for (v, max) in bounds {
+            if v.value == 0 || v.value > max {
+                return Err(ConvertError::Config {
+                    path: self.path.clone(),
+                    key: v.from.clone(),
+                    msg: format!(
+                        "{} is outside 1..={max}, what dflash-draft runtimes accept",
+                        v.value
+                    ),
+                });
+            }
+        }
+        if self.target_layer_ids.value.len() > 1024 {
+            return Err(ConvertError::Config {
+                path: self.path.clone(),
+                key: self.target_layer_ids.from.clone(),
+                msg: format!(
+                    "{} captured layers, more than 1024",
+                    self.target_layer_ids.value.len()
+                ),
+            });
+        }
+        Ok(self)
     }
 
     /// True when the config says the Markov head exists (a rank is given).
@@ -549,6 +587,19 @@ mod tests {
         let mut v = base();
         v["target_hidden_size"] = json!(128);
         assert!(err(&v).contains("target_hidden_size: 128 differs from hidden_size 64"));
+        for (key, value) in [
+            ("num_hidden_layers", 1u64 << 31),
+            ("num_key_value_heads", 0),
+            ("head_dim", 4096),
+        ] {
+            let mut v = base();
+            v[key] = json!(value);
+            assert!(
+                err(&v).contains(&format!("{key}: {value} is outside 1..=")),
+                "{key}: {}",
+                err(&v)
+            );
+        }
         let mut v = base();
         v["dflash_config"]["target_layer_ids"] = json!([]);
         assert!(err(&v).contains("expected a non-empty array"));
