@@ -32,6 +32,12 @@ impl std::ops::Deref for Bytes {
 /// otherwise reads may see changing bytes or fault (SIGBUS). dspark maps only files it
 /// reads as input and hashes what it read, so a change shows up as a hash mismatch.
 pub unsafe fn map_file(path: &Path) -> Result<Bytes> {
+    // Refuse FIFOs, devices and folders before opening: opening a FIFO would block.
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!("{}: not a regular file", path.display());
+    }
     let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let len = file
         .metadata()

@@ -896,3 +896,51 @@ fn full_disk_and_unwritable_destination_fail_cleanly() {
     );
     assert!(out.contains("exit=1"), "{out}");
 }
+
+/// A FIFO or a folder where a file is expected is refused at once (opening a FIFO to
+/// read would block forever).
+#[test]
+fn special_files_are_refused_without_blocking() {
+    let t = Tmp::new();
+    let fifo = t.path("fifo.gguf");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let src = synth_tiny(&t.path("src"), 0);
+    fs::remove_file(src.join("model.safetensors")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(src.join("model.safetensors"))
+        .status()
+        .unwrap()
+        .success());
+    let dest = t.path("dest");
+    fs::create_dir(&dest).unwrap();
+    let out = dest.join("x.gguf");
+    let runs: [&[&str]; 4] = [
+        &["inspect", s(&fifo)],
+        &["verify", s(&fifo)],
+        &["inspect", s(&dest)],
+        &["convert", s(&src), "-o", s(&out)],
+    ];
+    for args in runs {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed().as_secs() > 20 {
+                child.kill().unwrap();
+                panic!("{args:?} blocked");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let (code, err) = finish(child);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("not a regular file"), "{args:?}: {err}");
+    }
+    assert!(names_in(&dest).is_empty());
+}

@@ -34,9 +34,14 @@ pub const MAX_JSON_LEN: u64 = 16 << 20;
 
 /// Reads a small JSON file, refusing absurd sizes before reading.
 pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| ConvertError::io(path, e))?
-        .len();
+    let meta = std::fs::metadata(path).map_err(|e| ConvertError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(ConvertError::Source {
+            path: path.to_path_buf(),
+            msg: "not a regular file".into(),
+        });
+    }
+    let len = meta.len();
     if len > MAX_JSON_LEN {
         return Err(ConvertError::Source {
             path: path.to_path_buf(),
@@ -295,14 +300,18 @@ impl Checkpoint {
         let mut owner: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..layout.files.len() {
             let path = layout.path(i);
-            let file = File::open(&path).map_err(|e| ConvertError::io(&path, e))?;
-            let meta = file.metadata().map_err(|e| ConvertError::io(&path, e))?;
-            if !meta.is_file() {
+            // Checked before opening: opening a FIFO would block.
+            let is_file = std::fs::metadata(&path)
+                .map_err(|e| ConvertError::io(&path, e))?
+                .is_file();
+            if !is_file {
                 return Err(ConvertError::Source {
                     path,
                     msg: "not a regular file".into(),
                 });
             }
+            let file = File::open(&path).map_err(|e| ConvertError::io(&path, e))?;
+            let meta = file.metadata().map_err(|e| ConvertError::io(&path, e))?;
             let len = meta.len();
             let bad = |msg: String| ConvertError::Source {
                 path: path.clone(),
