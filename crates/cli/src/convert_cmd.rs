@@ -333,9 +333,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 
     // 3. Convert.
     let pb = progress_bar(layout.file_size - layout.data_offset, a.quiet, "converting");
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = crate::threads(a.threads);
     let n_tensors = plan.tensors.len();
     let result = write_gguf(
         &plan,

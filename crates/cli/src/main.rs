@@ -40,6 +40,16 @@ enum Command {
     Synth(convert_cmd::SynthArgs),
 }
 
+/// Most worker threads a command starts, whatever `--threads` says.
+const MAX_THREADS: usize = 256;
+
+/// `--threads`, else every core; at least 1 and at most [`MAX_THREADS`].
+pub fn threads(requested: Option<usize>) -> usize {
+    requested
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, MAX_THREADS)
+}
+
 /// How a command ended, beyond success.
 #[derive(Debug)]
 pub enum Outcome {

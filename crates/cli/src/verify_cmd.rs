@@ -77,9 +77,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     };
     if let Some(dir) = &a.source {
         let (config, ckpt) = open_source(dir)?;
-        let threads = a
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = crate::threads(a.threads);
         let findings = check_source(&file, &bytes, config, &ckpt, report.as_ref(), threads)?;
         let what = if report.is_some() {
             "bit-exact with a fresh conversion of the source (bytes and recorded errors)"
