@@ -24,7 +24,7 @@ pub const REPORT_FILE: &str = "conversion-report.json";
 pub struct ConvertArgs {
     /// Checkpoint folder: config.json plus model.safetensors or model.safetensors.index.json.
     pub src: PathBuf,
-    /// Output GGUF (default: <name>-<TYPE>.gguf in the current folder).
+    /// Output GGUF (default: NAME-TYPE.gguf in the current folder, e.g. Kimi-K3-DSpark-Q8_0.gguf).
     #[arg(short = 'o', long = "out")]
     pub out: Option<PathBuf>,
     /// Output type of the matrices: q8_0, f16, bf16 or f32 (norms and the confidence head stay F32).
