@@ -393,6 +393,7 @@ class GTensor:
 
 class Checker:
     def __init__(self) -> None:
+        self.allowed_skips: set[str] = set()
         self.failures: list[str] = []
         self.checked: dict[str, int] = {}  # tensor name -> bytes verified (counted once)
         self.src_hashes: dict[str, str] = {}  # source weight file -> sha256 (with --source)
@@ -687,6 +688,8 @@ class Checker:
         paired: dict[str, SrcTensor] = {}
         for name, st in src.tensors.items():
             g = source_to_gguf_name(name)
+            if g is None and name in self.allowed_skips:
+                continue  # left out with --allow-extra and listed in the report's `skipped`
             if g is None:
                 self.fail(f"source tensor {name} has no GGUF name in the contract's map (unmapped or refused)")
             elif g in paired:
@@ -886,7 +889,8 @@ class Checker:
         if present != [k for k in order if k in rep]:
             self.fail(f"report: top-level keys {list(rep)} not in the schema's order")
         for k in rep:
-            if k not in order:
+            # `skipped` (tensors left out with --allow-extra) is a documented addition.
+            if k not in order and not (k == "skipped" and isinstance(rep[k], list)):
                 self.fail(f"report: unexpected top-level key {k!r}")
         if rep.get("format") != "dspark-conversion-report/1":
             self.fail(f"report: format is {rep.get('format')!r}")
@@ -1070,8 +1074,13 @@ class Checker:
         if isinstance(size, int) and size > 0:
             if not isinstance(ratio, (int, float)) or not math.isclose(ratio, self.file_size / size, rel_tol=1e-6):
                 self.fail(f"report: output_to_source_ratio {ratio!r} != {self.file_size / size!r}")
-        if rs.get("parameters") != sum(t.n_elements for t in self.tensors):
-            self.fail(f"report: source.parameters {rs.get('parameters')} != {sum(t.n_elements for t in self.tensors)}")
+        converted = sum(t.n_elements for t in self.tensors)
+        if self.allowed_skips:
+            # The source also holds the skipped tensors (checked exactly with --source).
+            if not isinstance(rs.get("parameters"), int) or rs["parameters"] < converted:
+                self.fail(f"report: source.parameters {rs.get('parameters')} < {converted} converted")
+        elif rs.get("parameters") != converted:
+            self.fail(f"report: source.parameters {rs.get('parameters')} != {converted}")
         if src is None:
             return
         for f in files:
@@ -1157,6 +1166,8 @@ def main(argv: list[str] | None = None) -> int:
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             c.fail(f"report {args.report.name} is not valid JSON: {e}")
             report = None
+        if isinstance(report, dict) and isinstance(report.get("skipped"), list):
+            c.allowed_skips = {n for n in report["skipped"] if isinstance(n, str)}
     try:
         if not c.open_gguf(args.gguf):
             summary(False, 0, 0, c.failures)

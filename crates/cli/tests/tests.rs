@@ -524,14 +524,16 @@ fn allow_extra_and_allow_nonfinite_are_recorded() {
     let r: serde_json::Value =
         serde_json::from_slice(&fs::read(t.path("conversion-report.json")).unwrap()).unwrap();
     assert_eq!(r["skipped"], serde_json::json!(["extra.thing"]));
+    let report = t.path("conversion-report.json");
     assert_ok(&dspark(&[
         "verify",
         s(&out),
         "--report",
-        s(&t.path("conversion-report.json")),
+        s(&report),
         "--source",
         s(&src),
     ]));
+    python_check(&out, Some(&src), Some(&report));
 }
 
 #[test]

@@ -203,6 +203,10 @@ pub struct Plan {
     pub repository: String,
     /// Total parameters converted.
     pub parameters: u64,
+    /// Every source tensor's dtype, counted (skipped tensors too), by name.
+    pub source_dtypes: std::collections::BTreeMap<String, usize>,
+    /// Elements in the whole source (skipped tensors too).
+    pub source_parameters: u64,
     /// Source weight file names.
     pub source_files: Vec<String>,
     /// Metadata without the source hashes (filled by [`Plan::metadata`]).
@@ -524,7 +528,18 @@ impl Plan {
             .unwrap_or_else(|| folder_name(&ckpt.layout.dir));
         let name = model_name(&ckpt.layout.dir, &options);
         let parameters = tensors.iter().map(|t| t.n_elements()).sum();
+        let mut source_dtypes = std::collections::BTreeMap::new();
+        for t in &ckpt.tensors {
+            let name = match &t.dtype {
+                Ok(d) => d.name().to_string(),
+                Err(other) => other.clone(),
+            };
+            *source_dtypes.entry(name).or_insert(0) += 1;
+        }
+        let source_parameters = ckpt.tensors.iter().map(|t| t.n_elements()).sum();
         let mut plan = Plan {
+            source_dtypes,
+            source_parameters,
             meta: Vec::new(),
             source_files: ckpt.layout.files.clone(),
             options,

@@ -201,13 +201,6 @@ impl Report {
         output_file: &str,
     ) -> Report {
         let layout = plan.layout();
-        let mut dtypes: Map<String, Json> = Map::new();
-        for t in &plan.tensors {
-            let e = dtypes.entry(t.source_dtype.name()).or_insert(json!(0));
-            *e = json!(e.as_u64().unwrap_or(0) + 1);
-        }
-        let mut dtypes_sorted: Vec<(String, Json)> = dtypes.into_iter().collect();
-        dtypes_sorted.sort_by(|a, b| a.0.cmp(&b.0));
         let source_size: u64 = source_sizes.iter().sum();
         let metadata = plan.metadata(&result.source_sha256);
         let geometry: Map<String, Json> = metadata
@@ -230,7 +223,11 @@ impl Report {
                     .clone()
                     .unwrap_or_else(|| "unknown".into()),
                 format: "safetensors".into(),
-                dtypes: dtypes_sorted.into_iter().collect(),
+                dtypes: plan
+                    .source_dtypes
+                    .iter()
+                    .map(|(k, &n)| (k.clone(), json!(n)))
+                    .collect(),
                 files: plan
                     .source_files
                     .iter()
@@ -243,7 +240,7 @@ impl Report {
                     })
                     .collect(),
                 size_bytes: source_size,
-                parameters: plan.parameters,
+                parameters: plan.source_parameters,
             },
             output: OutputSection {
                 file: output_file.to_string(),

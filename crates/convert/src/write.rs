@@ -24,7 +24,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use dspark_gguf::{pad_to, GgmlType};
-use dspark_quant::{error::error_sums_ref, float, kernels, ErrorSums, SourceDtype};
+use dspark_quant::{float, kernels, ErrorSums, SourceDtype};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -162,13 +162,10 @@ pub(crate) fn compute_chunk(
             }
             other => unreachable!("the plan never chooses {other}"),
         };
-        let errors = if !lossy {
-            ErrorSums::default()
-        } else if finite {
+        let errors = if lossy {
             (k.error_sums)(x, y)
         } else {
-            // Non-finite values: the reference defines max/sum behaviour for them.
-            error_sums_ref(x, y)
+            ErrorSums::default()
         };
         Ok(ChunkOut {
             chunk: c,

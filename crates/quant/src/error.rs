@@ -26,11 +26,7 @@ impl ErrorSums {
     pub fn add(&mut self, other: &ErrorSums) {
         self.sq_err += other.sq_err;
         self.sq_ref += other.sq_ref;
-        self.max_abs = if other.max_abs > self.max_abs {
-            other.max_abs
-        } else {
-            self.max_abs
-        };
+        self.max_abs = max_nan(self.max_abs, other.max_abs);
     }
 
     /// sqrt(Σe² / Σx²); 0 when both are 0.
@@ -40,6 +36,18 @@ impl ErrorSums {
         } else {
             (self.sq_err / self.sq_ref).sqrt()
         }
+    }
+}
+
+/// The larger of two errors; NaN when either is (an undefined error stays undefined).
+#[inline]
+fn max_nan(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if b > a {
+        b
+    } else {
+        a
     }
 }
 
@@ -54,8 +62,7 @@ pub fn error_sums_ref(x: &[f32], y: &[f32]) -> ErrorSums {
     let mut max_abs = 0.0f32;
     for (i, (&a, &b)) in x.iter().zip(y).enumerate() {
         let e = b - a;
-        let ae = e.abs();
-        max_abs = if ae > max_abs { ae } else { max_abs };
+        max_abs = max_nan(max_abs, e.abs());
         let e = f64::from(e);
         let a = f64::from(a);
         err[i % LANES] += e * e;
@@ -77,8 +84,7 @@ pub(crate) mod x86_64 {
     /// AVX2 version of [`super::error_sums_ref`], same lane order.
     ///
     /// # Safety
-    /// The CPU must support AVX2. Inputs must be finite for `max_abs` to match (the
-    /// converter routes non-finite chunks to the reference).
+    /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     pub(crate) unsafe fn error_sums_avx2(x: &[f32], y: &[f32]) -> ErrorSums {
         assert_eq!(x.len(), y.len());
@@ -86,6 +92,8 @@ pub(crate) mod x86_64 {
         let mut err = [_mm256_setzero_pd(); 4];
         let mut r = [_mm256_setzero_pd(); 4];
         let mut mx = _mm256_setzero_ps();
+        // max_ps drops NaN depending on operand order; track NaN apart, as the reference does.
+        let mut nan = _mm256_setzero_ps();
         let n16 = x.len() / LANES * LANES;
         let mut i = 0;
         while i < n16 {
@@ -99,6 +107,7 @@ pub(crate) mod x86_64 {
                 };
                 let e = _mm256_sub_ps(yv, xv);
                 mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, e));
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(e, e));
                 let halves_e = [
                     _mm256_cvtps_pd(_mm256_castps256_ps128(e)),
                     _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)),
@@ -127,11 +136,13 @@ pub(crate) mod x86_64 {
         let mut m = [0.0f32; 8];
         // SAFETY: m has 8 f32s.
         unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mx) };
-        let mut max_abs = m.iter().fold(0.0f32, |a, &b| if b > a { b } else { a });
+        let mut max_abs = m.iter().fold(0.0f32, |a, &b| super::max_nan(a, b));
+        if _mm256_movemask_ps(nan) != 0 {
+            max_abs = f32::NAN;
+        }
         for (j, (&a, &b)) in x[n16..].iter().zip(&y[n16..]).enumerate() {
             let e = b - a;
-            let ae = e.abs();
-            max_abs = if ae > max_abs { ae } else { max_abs };
+            max_abs = super::max_nan(max_abs, e.abs());
             el[j] += f64::from(e) * f64::from(e);
             rl[j] += f64::from(a) * f64::from(a);
         }

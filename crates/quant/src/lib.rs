@@ -43,7 +43,7 @@ pub struct Kernels {
     pub quantize_q8_0: fn(&[f32], &mut [u8]),
     /// Q8_0 dequantization, identical in values to [`q8_0::dequantize_ref`].
     pub dequantize_q8_0: fn(&[u8], &mut [f32]),
-    /// Error sums, identical in bits to [`error::error_sums_ref`] on finite input.
+    /// Error sums, identical in bits to [`error::error_sums_ref`] (NaN payloads aside).
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
 }
 

@@ -199,6 +199,37 @@ fn error_sums_match_reference_bit_for_bit_at_every_length() {
     }
 }
 
+/// Huge blocks dequantize through an infinite f16 scale to ±inf and NaN: the sums and
+/// the maximum must still agree (NaN as NaN, whatever its payload).
+#[test]
+fn error_sums_agree_on_infinite_and_nan_round_trips() {
+    let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for k in fast_kernels() {
+        for nan_at in [None, Some(0), Some(5), Some(17), Some(40)] {
+            let x: Vec<f32> = (0..48).map(|i| i as f32 * 1e37).collect();
+            let mut y: Vec<f32> = x.iter().map(|v| v * 1.5).collect();
+            if let Some(i) = nan_at {
+                y[i] = f32::NAN;
+            }
+            y[3] = f32::INFINITY;
+            let (f, r) = ((k.error_sums)(&x, &y), error::error_sums_ref(&x, &y));
+            assert!(
+                same(f.sq_err, r.sq_err) && same(f.sq_ref, r.sq_ref),
+                "{} {nan_at:?}",
+                k.isa
+            );
+            assert!(
+                same(f64::from(f.max_abs), f64::from(r.max_abs)),
+                "{} {nan_at:?}: {} vs {}",
+                k.isa,
+                f.max_abs,
+                r.max_abs
+            );
+            assert_eq!(r.max_abs.is_nan(), nan_at.is_some());
+        }
+    }
+}
+
 #[test]
 fn relative_rmse_of_q8_0_on_gaussian_weights_is_about_half_a_percent() {
     let mut rng = Rng(3);
