@@ -327,3 +327,33 @@ proptest! {
         prop_assert_eq!(out.len() as u64, h.layout().file_size);
     }
 }
+
+/// Found by `cargo fuzz run gguf_parse` (2026-11-30): a file with a NaN in a FLOAT32
+/// array. The reader was right; the harness compared values with `==` (NaN != NaN).
+/// Kept as a test that such values survive parse → write → parse bit for bit.
+#[test]
+fn fuzz_nan_metadata_round_trips_bit_exactly() {
+    let bytes = include_bytes!("../testdata/fuzz-nan-metadata.gguf");
+    let f = GgufFile::parse(bytes).unwrap();
+    let rewrite = |f: &GgufFile<'_>| {
+        let mut h = Header::new();
+        for (k, v) in f.kvs() {
+            h.push_kv(k.clone(), v.clone()).unwrap();
+        }
+        for t in f.tensors() {
+            h.push_tensor(t.info.clone()).unwrap();
+        }
+        let blobs: Vec<&[u8]> = f.tensors().map(|t| t.data).collect();
+        let mut out = Vec::new();
+        h.write_file(&mut out, &blobs).unwrap();
+        out
+    };
+    let once = rewrite(&f);
+    let twice = rewrite(&GgufFile::parse(&once).unwrap());
+    assert_eq!(once, twice);
+    let nan = f.kvs().iter().find_map(|(_, v)| match v {
+        Value::Array(Array::F32(xs)) => xs.iter().find(|x| x.is_nan()).copied(),
+        _ => None,
+    });
+    assert!(nan.is_some(), "the fixture holds a NaN");
+}
