@@ -11,6 +11,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(t.data.len() as u64, t.info.n_bytes());
     }
     let _ = dspark_convert::verify::check_contract(&file);
+    let _ = dspark_convert::verify::check_output_contract(&file);
     let mut h = Header::new();
     for (k, v) in file.kvs() {
         h.push_kv(k.clone(), v.clone()).expect("a parsed key is writable");

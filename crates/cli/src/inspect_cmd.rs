@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_convert::report::value_json;
-use dspark_convert::verify::check_contract;
+use dspark_convert::verify::{check_contract, check_output_contract, written_by_dspark};
 use dspark_gguf::{Array, GgufFile, Value};
 use serde_json::json;
 
@@ -62,7 +62,10 @@ fn short(v: &Value) -> String {
 pub fn run(a: InspectArgs) -> Result<Outcome> {
     let bytes = map_input(&a.file)?;
     let file = GgufFile::parse(&bytes).with_context(|| format!("{}", a.file.display()))?;
-    let (summary, findings) = check_contract(&file);
+    let (summary, mut findings) = check_contract(&file);
+    if written_by_dspark(&file) {
+        findings.extend(check_output_contract(&file));
+    }
     let mut out = std::io::stdout().lock();
     if a.json {
         let doc = json!({

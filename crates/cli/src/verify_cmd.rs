@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_convert::report::Report;
-use dspark_convert::verify::{check_contract, check_report, check_source};
+use dspark_convert::verify::{
+    check_contract, check_output_contract, check_report, check_source, written_by_dspark,
+};
 use dspark_gguf::GgufFile;
 
 use crate::convert_cmd::open_source;
@@ -52,7 +54,13 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         file.tensor_infos().len(),
         file.file_size()
     );
-    let mut all_ok = say("dflash-draft contract", &check_contract(&file).1);
+    let mut all_ok = say("dflash-draft runtime contract", &check_contract(&file).1);
+    if written_by_dspark(&file) {
+        all_ok &= say(
+            "dspark output contract (provenance, types, order)",
+            &check_output_contract(&file),
+        );
+    }
     let report = match &a.report {
         Some(p) => {
             let len = std::fs::metadata(p)

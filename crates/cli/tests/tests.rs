@@ -41,7 +41,7 @@ fn convert_then_verify_with_report_and_source() {
     ]);
     assert_ok(&v);
     let text = String::from_utf8_lossy(&v.stdout);
-    assert_eq!(text.matches("ok ").count(), 4, "{text}");
+    assert_eq!(text.matches("ok ").count(), 5, "{text}");
     python_check(&out, Some(&src), Some(&report));
 
     let r: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();

@@ -65,8 +65,8 @@ fn ne(file: &GgufFile<'_>, name: &str) -> Option<Vec<u64>> {
     })
 }
 
-/// Checks every rule of the `dflash-draft` loader (§5.4) plus this project's keys
-/// (`output-contract.md` §3): presence, types, values and shapes.
+/// Checks every rule of the `dflash-draft` loader (§5.4) and the types and values of
+/// the geometry keys this project writes: presence, types, values and shapes.
 pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     let mut f: Vec<String> = Vec::new();
     let mut s = ContractSummary::default();
@@ -301,11 +301,23 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
             ));
         }
     }
-    // Our own keys, when the file says it was written by dspark.
-    if file.get("provenance.converter").is_some() {
-        check_own_keys(file, &mut f);
-    }
     (s, f)
+}
+
+/// True when the file says dspark wrote it (`provenance.converter` = `dspark …`).
+pub fn written_by_dspark(file: &GgufFile<'_>) -> bool {
+    file.get("provenance.converter")
+        .and_then(Value::as_str)
+        .is_some_and(|c| c.starts_with("dspark "))
+}
+
+/// Checks this project's own output contract (`output-contract.md`) beyond what
+/// runtimes read: provenance keys, quantization keys, `general.file_type`, canonical
+/// tensor order. Meant for files [`written_by_dspark`].
+pub fn check_output_contract(file: &GgufFile<'_>) -> Vec<String> {
+    let mut f = Vec::new();
+    check_own_keys(file, &mut f);
+    f
 }
 
 fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {

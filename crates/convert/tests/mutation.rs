@@ -9,7 +9,7 @@ use std::path::Path;
 use cap::Cap;
 use dspark_convert::config::DraftConfig;
 use dspark_convert::source::parse_header;
-use dspark_convert::verify::check_contract;
+use dspark_convert::verify::{check_contract, check_output_contract};
 use dspark_gguf::GgufFile;
 
 #[global_allocator]
@@ -104,6 +104,7 @@ fn gguf_files() {
                         assert_eq!(t.data.len() as u64, t.info.n_bytes());
                     }
                     let _ = check_contract(&file);
+                    let _ = check_output_contract(&file);
                 }
                 Err(e) => {
                     err += 1;
