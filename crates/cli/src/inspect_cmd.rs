@@ -82,12 +82,12 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
                 "architecture": summary.arch,
                 "ok": findings.is_empty(),
                 "findings": findings,
-                "embedding_length": summary.hidden,
-                "block_count": summary.n_layers,
-                "n_target_layers": summary.n_cap,
-                "markov_rank": summary.markov_rank,
-                "markov_vocab": summary.markov_vocab,
-                "confidence_dim": summary.confidence_dim,
+                "embedding_length": summary.geometry.hidden,
+                "block_count": summary.geometry.n_layers,
+                "n_target_layers": summary.geometry.n_cap,
+                "markov_rank": summary.geometry.markov_rank,
+                "markov_vocab": summary.geometry.markov_vocab,
+                "confidence_dim": summary.geometry.confidence_dim,
                 "tensor_counts": counts(&file),
             }
         });
@@ -146,16 +146,19 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
         } else {
             &summary.arch
         },
-        summary.hidden,
-        summary.n_layers,
-        summary.n_cap,
+        summary.geometry.hidden,
+        summary.geometry.n_layers,
+        summary.geometry.n_cap,
         c.join(", ")
     )?;
-    match (summary.markov_rank, summary.confidence_dim) {
+    match (
+        summary.geometry.markov_rank,
+        summary.geometry.confidence_dim,
+    ) {
         (Some(r), conf) => writeln!(
             out,
             "  DSpark heads: Markov rank {r}, vocabulary {}; confidence {}",
-            summary.markov_vocab.unwrap_or(0),
+            summary.geometry.markov_vocab.unwrap_or(0),
             conf.map_or("absent".to_string(), |c| format!("width {c}"))
         )?,
         (None, _) => writeln!(out, "  DSpark heads: absent (plain DFlash)")?,

@@ -165,7 +165,7 @@ pub struct MetaEntry {
 }
 
 /// The resolved geometry of the drafter.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 #[allow(missing_docs)]
 pub struct Geometry {
     pub hidden: u64,

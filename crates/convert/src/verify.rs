@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::config::DraftConfig;
 use crate::error::Result;
 use crate::names::{LayerDims, LAYER_TENSORS};
-use crate::plan::{Options, OutType, Plan};
+use crate::plan::{Geometry, Options, OutType, Plan};
 use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
 use crate::write::{chunks, compute_chunk, hex};
@@ -41,18 +41,8 @@ const SUPPORTED_TYPES: [GgmlType; 4] =
 pub struct ContractSummary {
     /// `general.architecture`.
     pub arch: String,
-    /// Hidden size.
-    pub hidden: u64,
-    /// Draft layers.
-    pub n_layers: u64,
-    /// Captured target layers.
-    pub n_cap: u64,
-    /// Markov rank, when the DSpark head is present.
-    pub markov_rank: Option<u64>,
-    /// Markov vocabulary.
-    pub markov_vocab: Option<u64>,
-    /// Confidence input width.
-    pub confidence_dim: Option<u64>,
+    /// The geometry read from the keys and shapes (`vocab` from `vocab_size`, 0 if absent).
+    pub geometry: Geometry,
 }
 
 fn ne(file: &GgufFile<'_>, name: &str) -> Option<Vec<u64>> {
@@ -210,9 +200,20 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
     for k in ["general.file_type", "general.quantization_version"] {
         u32_key(&mut f, k, false);
     }
-    s.hidden = h;
-    s.n_layers = n_layers;
-    s.n_cap = n_cap_key;
+    s.geometry = Geometry {
+        hidden: h,
+        n_layers,
+        n_head,
+        n_head_kv,
+        head_dim: hd,
+        n_ff,
+        vocab: file
+            .get(&key("vocab_size"))
+            .and_then(Value::as_u32)
+            .map_or(0, u64::from),
+        n_cap: n_cap_key,
+        ..Geometry::default()
+    };
 
     // Tensors: presence and shapes.
     let need = |f: &mut Vec<String>, name: &str, shape: Option<&[u64]>| -> Option<Vec<u64>> {
@@ -258,8 +259,8 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
             let v = v_key.filter(|&v| v > 0).unwrap_or(*w1.get(1).unwrap_or(&1));
             need(&mut f, "dflash.dspark.markov.w1", Some(&[r, v]));
             need(&mut f, "dflash.dspark.markov.w2", Some(&[r, v]));
-            s.markov_rank = Some(r);
-            s.markov_vocab = Some(v);
+            s.geometry.markov_rank = Some(r);
+            s.geometry.markov_vocab = Some(v);
         }
     }
     let conf_dim = u32_key(&mut f, &key("dflash.dspark.confidence_dim"), false).unwrap_or(0);
@@ -274,12 +275,12 @@ pub fn check_contract(file: &GgufFile<'_>) -> (ContractSummary, Vec<String>) {
                 w[0]
             };
             need(&mut f, "dflash.dspark.confidence.weight", Some(&[c]));
-            if c != h && Some(c) != s.markov_rank.map(|r| h + r) {
+            if c != h && Some(c) != s.geometry.markov_rank.map(|r| h + r) {
                 f.push(format!(
                     "confidence width {c} is neither hidden ({h}) nor hidden + Markov rank"
                 ));
             }
-            s.confidence_dim = Some(c);
+            s.geometry.confidence_dim = Some(c);
         }
         need(&mut f, "dflash.dspark.confidence.bias", Some(&[1]));
     }
