@@ -6,33 +6,13 @@
 //!
 //! Regenerate after changing a case: `DSPARK_REGENERATE_CRAFTED=1 cargo test -p dspark-gguf --test crafted`.
 
+mod common;
+
+use common::{info, kv, s};
+
 use std::path::PathBuf;
 
 use dspark_gguf::{GgufError, GgufFile};
-
-fn s(x: &str) -> Vec<u8> {
-    let mut v = (x.len() as u64).to_le_bytes().to_vec();
-    v.extend_from_slice(x.as_bytes());
-    v
-}
-
-fn kv(key: &str, ty: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = s(key);
-    v.extend_from_slice(&ty.to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
-fn info(name: &str, dims: &[u64], ty: u32, offset: u64) -> Vec<u8> {
-    let mut v = s(name);
-    v.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-    for d in dims {
-        v.extend_from_slice(&d.to_le_bytes());
-    }
-    v.extend_from_slice(&ty.to_le_bytes());
-    v.extend_from_slice(&offset.to_le_bytes());
-    v
-}
 
 /// A file: header counts as given (or the real ones), KVs, infos, padding to 32, data.
 fn file(

@@ -1,6 +1,10 @@
 //! The reader against valid files (round trips) and a catalogue of broken ones, each of
 //! which must fail with its own error kind, never a panic.
 
+mod common;
+
+use common::{info, kv};
+
 use dspark_gguf::{Array, GgmlType, GgufError, GgufFile, Header, Malformed, TensorInfo, Value};
 use proptest::prelude::*;
 
@@ -126,36 +130,12 @@ fn raw(kvs: &[Vec<u8>], infos: &[Vec<u8>], data_len: usize) -> Vec<u8> {
     b
 }
 
-fn s(x: &str) -> Vec<u8> {
-    let mut v = (x.len() as u64).to_le_bytes().to_vec();
-    v.extend_from_slice(x.as_bytes());
-    v
-}
-
-fn kv(key: &str, ty: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = s(key);
-    v.extend_from_slice(&ty.to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
 /// A UINT32 key/value whose 2-byte key is `a` followed by the invalid byte 0xff.
 fn invalid_utf8_key() -> Vec<u8> {
     let mut v = 2u64.to_le_bytes().to_vec();
     v.extend_from_slice(&[b'a', 0xff]);
     v.extend_from_slice(&4u32.to_le_bytes());
     v.extend_from_slice(&1u32.to_le_bytes());
-    v
-}
-
-fn info(name: &str, dims: &[u64], ty: u32, offset: u64) -> Vec<u8> {
-    let mut v = s(name);
-    v.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-    for d in dims {
-        v.extend_from_slice(&d.to_le_bytes());
-    }
-    v.extend_from_slice(&ty.to_le_bytes());
-    v.extend_from_slice(&offset.to_le_bytes());
     v
 }
 
