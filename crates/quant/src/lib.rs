@@ -29,6 +29,7 @@ use std::sync::OnceLock;
 
 pub mod error;
 pub mod float;
+pub mod gemm;
 pub mod q8_0;
 
 pub use error::ErrorSums;
@@ -45,6 +46,8 @@ pub struct Kernels {
     pub dequantize_q8_0: fn(&[u8], &mut [f32]),
     /// Error sums, identical in bits to [`error::error_sums_ref`] (NaN payloads aside).
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
+    /// Weight row · activation column, within [`gemm::DOT_TOLERANCE`] of [`gemm::dot_ref`].
+    pub dot: gemm::RowKernel,
 }
 
 impl Kernels {
@@ -54,13 +57,17 @@ impl Kernels {
         quantize_q8_0: q8_0::quantize_ref,
         dequantize_q8_0: q8_0::dequantize_ref,
         error_sums: error::error_sums_ref,
+        dot: gemm::dot_ref,
     };
 
-    /// The AVX2 kernels, or `None` when this CPU lacks AVX2.
+    /// The AVX2 kernels, or `None` when this CPU lacks AVX2, FMA or F16C.
     pub fn avx2() -> Option<Kernels> {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
                 return Some(Kernels {
                     isa: "avx2",
                     quantize_q8_0: |x, out| {
@@ -74,6 +81,10 @@ impl Kernels {
                     error_sums: |x, y| {
                         // SAFETY: this table is built only after AVX2 was detected.
                         unsafe { error::x86_64::error_sums_avx2(x, y) }
+                    },
+                    dot: |ty, row, x, xq| {
+                        // SAFETY: this table is built only after AVX2, FMA and F16C were detected.
+                        unsafe { gemm::x86_64::dot_avx2(ty, row, x, xq) }
                     },
                 });
             }

@@ -241,3 +241,115 @@ fn relative_rmse_of_q8_0_on_gaussian_weights_is_about_half_a_percent() {
     let e = error::error_sums_ref(&x, &y).relative_rmse();
     assert!((0.003..0.008).contains(&e), "relative RMSE {e}");
 }
+
+mod gemm {
+    use super::{fast_kernels, Rng};
+    use crate::gemm::{dot_ref, gemm_with, Matrix, WeightType, DOT_TOLERANCE};
+    use crate::q8_0::quantize_ref;
+
+    const TYPES: [WeightType; 4] = [
+        WeightType::F32,
+        WeightType::F16,
+        WeightType::BF16,
+        WeightType::Q8_0,
+    ];
+
+    /// A random matrix of `ty`, and the f32 values it stores (for magnitudes).
+    fn matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
+        match ty {
+            WeightType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            WeightType::F16 => v
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                .collect(),
+            WeightType::BF16 => v
+                .iter()
+                .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
+                .collect(),
+            WeightType::Q8_0 => {
+                let mut q = vec![0u8; ty.row_bytes(cols) * rows];
+                quantize_ref(&v, &mut q);
+                q
+            }
+        }
+    }
+
+    #[test]
+    fn fast_dot_is_within_tolerance_of_the_reference() {
+        let mut rng = Rng(21);
+        for k in fast_kernels() {
+            for ty in TYPES {
+                let sizes: Vec<usize> = if ty == WeightType::Q8_0 {
+                    vec![32, 64, 96, 4096, 14336]
+                } else {
+                    (1..70).chain([4096, 14337]).collect()
+                };
+                for cols in sizes {
+                    let w = matrix(ty, 1, cols, &mut rng);
+                    let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+                    let mut xq = vec![0u8; WeightType::Q8_0.row_bytes(cols.div_ceil(32) * 32)];
+                    if ty == WeightType::Q8_0 {
+                        quantize_ref(&x, &mut xq);
+                    }
+                    let f = (k.dot)(ty, &w, &x, &xq);
+                    let r = dot_ref(ty, &w, &x, &xq);
+                    let scale: f32 = x.iter().map(|v| v.abs()).sum::<f32>() * 0.25 + 1.0;
+                    assert!(
+                        (f - r).abs() <= DOT_TOLERANCE * scale,
+                        "{} {ty:?} cols {cols}: {f} vs {r}",
+                        k.isa
+                    );
+                }
+            }
+        }
+    }
+
+    /// The numerics contract: a column's result does not depend on how many columns are
+    /// computed with it, nor on the thread count.
+    #[test]
+    fn batched_columns_equal_single_columns_bit_for_bit() {
+        let mut rng = Rng(5);
+        let (rows, cols) = (37, 256);
+        for k in fast_kernels() {
+            for ty in TYPES {
+                let data = matrix(ty, rows, cols, &mut rng);
+                let w = Matrix::new(ty, rows, cols, &data).unwrap();
+                let x: Vec<f32> = (0..16 * cols).map(|_| rng.normal()).collect();
+                let mut singles = vec![0.0f32; 16 * rows];
+                for c in 0..16 {
+                    gemm_with(
+                        k.dot,
+                        &w,
+                        &x[c * cols..(c + 1) * cols],
+                        &mut singles[c * rows..(c + 1) * rows],
+                    );
+                }
+                for n in 1..=16 {
+                    for threads in [1, 3] {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(threads)
+                            .build()
+                            .unwrap();
+                        let mut y = vec![0.0f32; n * rows];
+                        pool.install(|| gemm_with(k.dot, &w, &x[..n * cols], &mut y));
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&y),
+                            bits(&singles[..n * rows]),
+                            "{} {ty:?} n {n} threads {threads}",
+                            k.isa
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matrix_sizes_are_checked() {
+        assert!(Matrix::new(WeightType::Q8_0, 2, 33, &[0u8; 68]).is_none());
+        assert!(Matrix::new(WeightType::F32, 2, 3, &[0u8; 23]).is_none());
+        assert!(Matrix::new(WeightType::BF16, 2, 3, &[0u8; 12]).is_some());
+    }
+}
