@@ -5,6 +5,9 @@
 //!   bit) and [`q8_0::dequantize_ref`].
 //! - [`float`]: decoding BF16 / F16 / F32 source bytes and encoding F16 / BF16.
 //! - [`error`]: quantization error sums with a defined summation order.
+//! - [`gemm`]: weight matrix × 1..16 activation columns (F32, F16, BF16, Q8_0 weights), each
+//!   column computed exactly as it would be alone.
+//! - [`ops`]: RMSNorm, SiLU, softmax, RoPE (NeoX, YaRN).
 //! - [`Kernels`]: the fastest implementation of each op this CPU has, chosen once
 //!   ([`kernels`]); every fast kernel equals its reference (bytes for quantizers, bits
 //!   for the error sums), and the tests hold them to it.
@@ -30,6 +33,7 @@ use std::sync::OnceLock;
 pub mod error;
 pub mod float;
 pub mod gemm;
+pub mod ops;
 pub mod q8_0;
 
 pub use error::ErrorSums;
