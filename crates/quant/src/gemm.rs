@@ -80,6 +80,23 @@ impl<'a> Matrix<'a> {
     }
 }
 
+impl Matrix<'_> {
+    /// Row `r` as f32 (an embedding lookup).
+    ///
+    /// # Panics
+    /// If `r` is out of range or `out.len() != cols`.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows && out.len() == self.cols, "row_f32 bounds");
+        let row = self.row(r);
+        match self.ty {
+            WeightType::F32 => crate::float::decode(crate::SourceDtype::F32, row, out),
+            WeightType::F16 => crate::float::decode(crate::SourceDtype::F16, row, out),
+            WeightType::BF16 => crate::float::decode(crate::SourceDtype::BF16, row, out),
+            WeightType::Q8_0 => crate::q8_0::dequantize_ref(row, out),
+        }
+    }
+}
+
 /// One row · one column.
 pub type RowKernel = fn(WeightType, &[u8], &[f32], &[u8]) -> f32;
 

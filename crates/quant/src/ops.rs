@@ -73,7 +73,10 @@ pub struct Rope {
 impl Rope {
     /// Plain RoPE: `ω_i = θ^(−2i/r)`.
     pub fn new(dim: usize, theta: f64, yarn: Option<Yarn>) -> Rope {
-        assert!(dim.is_multiple_of(2) && dim > 0, "rotary dimension must be even");
+        assert!(
+            dim.is_multiple_of(2) && dim > 0,
+            "rotary dimension must be even"
+        );
         let r = dim as f64;
         let base: Vec<f64> = (0..dim / 2)
             .map(|i| theta.powf(-2.0 * i as f64 / r))

@@ -1,0 +1,20 @@
+//! Drafter and target models on the CPU, and (next) the speculative-decoding loop.
+//!
+//! # Brief overview
+//! - [`Target`]: what the loop needs from a target model (forward with hidden-state
+//!   capture, KV rollback, embeddings, LM head).
+//! - [`Qwen3`]: the reference target, loaded from a llama.cpp `qwen3` GGUF; a forward over
+//!   n positions is bit-identical to n single-position forwards.
+//! - [`synth`]: random-weight Qwen3 GGUFs for tests and benchmarks.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod qwen3;
+pub mod synth;
+pub mod target;
+pub mod weights;
+
+pub use error::{Result, RuntimeError};
+pub use qwen3::{Qwen3, Qwen3Config};
+pub use target::{Forward, Target};

@@ -1,0 +1,161 @@
+//! Random-weight Qwen3 targets in llama.cpp's `qwen3` GGUF layout, deterministic from a
+//! seed, for tests and benchmarks. Matrices are Q8_0 (or F32), norms F32 near 1.
+
+use dspark_gguf::{GgmlType, Header, TensorInfo, Value};
+use dspark_quant::q8_0::quantize_ref;
+
+/// The shape of a synthetic Qwen3 target.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Qwen3Geometry {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub context: usize,
+    /// Write a separate `output.weight` (else the LM head is tied to `token_embd`).
+    pub untied_output: bool,
+}
+
+impl Qwen3Geometry {
+    /// A tiny target for tests: 2 layers of 64, GQA 4/2, vocabulary 512.
+    pub fn tiny() -> Qwen3Geometry {
+        Qwen3Geometry {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            ffn: 128,
+            vocab: 512,
+            context: 4096,
+            untied_output: false,
+        }
+    }
+}
+
+/// splitmix64 → roughly N(0, 1) by summing uniforms: cheap, portable, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn normal(&mut self) -> f32 {
+        (0..4)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
+            .sum::<f32>()
+            * 1.7
+            - 3.4
+    }
+}
+
+/// The whole GGUF file of a random Qwen3 target; `ty` is the matrices' type (Q8_0 or F32).
+pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
+    assert!(
+        matches!(ty, GgmlType::Q8_0 | GgmlType::F32),
+        "matrices are Q8_0 or F32"
+    );
+    let mut h = Header::new();
+    let kv = |h: &mut Header, k: &str, v: Value| h.push_kv(k, v).expect("unique keys");
+    kv(
+        &mut h,
+        "general.architecture",
+        Value::String("qwen3".into()),
+    );
+    kv(
+        &mut h,
+        "general.name",
+        Value::String("dspark synthetic qwen3".into()),
+    );
+    for (k, v) in [
+        ("context_length", g.context),
+        ("embedding_length", g.hidden),
+        ("block_count", g.layers),
+        ("feed_forward_length", g.ffn),
+        ("attention.head_count", g.heads),
+        ("attention.head_count_kv", g.kv_heads),
+        ("attention.key_length", g.head_dim),
+        ("attention.value_length", g.head_dim),
+    ] {
+        kv(&mut h, &format!("qwen3.{k}"), Value::U32(v as u32));
+    }
+    kv(&mut h, "qwen3.rope.freq_base", Value::F32(1_000_000.0));
+    kv(
+        &mut h,
+        "qwen3.attention.layer_norm_rms_epsilon",
+        Value::F32(1e-6),
+    );
+
+    // (name, rows, cols, is_norm) in llama.cpp's order.
+    let mut tensors: Vec<(String, usize, usize, bool)> =
+        vec![("token_embd.weight".into(), g.vocab, g.hidden, false)];
+    let (q, kvd) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
+    for i in 0..g.layers {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        tensors.extend([
+            (n("attn_norm"), 1, g.hidden, true),
+            (n("attn_q"), q, g.hidden, false),
+            (n("attn_k"), kvd, g.hidden, false),
+            (n("attn_v"), kvd, g.hidden, false),
+            (n("attn_output"), g.hidden, q, false),
+            (n("attn_q_norm"), 1, g.head_dim, true),
+            (n("attn_k_norm"), 1, g.head_dim, true),
+            (n("ffn_norm"), 1, g.hidden, true),
+            (n("ffn_gate"), g.ffn, g.hidden, false),
+            (n("ffn_up"), g.ffn, g.hidden, false),
+            (n("ffn_down"), g.hidden, g.ffn, false),
+        ]);
+    }
+    tensors.push(("output_norm.weight".into(), 1, g.hidden, true));
+    if g.untied_output {
+        tensors.push(("output.weight".into(), g.vocab, g.hidden, false));
+    }
+    let mut rng = Rng(seed);
+    let mut blobs = Vec::with_capacity(tensors.len());
+    for (name, rows, cols, is_norm) in &tensors {
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|_| {
+                if *is_norm {
+                    1.0 + 0.1 * rng.normal()
+                } else {
+                    0.08 * rng.normal()
+                }
+            })
+            .collect();
+        let (t, bytes) = if *is_norm || ty == GgmlType::F32 {
+            (
+                GgmlType::F32,
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        } else {
+            let mut b = vec![0u8; rows * cols / 32 * 34];
+            quantize_ref(&values, &mut b);
+            (GgmlType::Q8_0, b)
+        };
+        let dims = if *is_norm {
+            vec![*cols as u64]
+        } else {
+            vec![*cols as u64, *rows as u64]
+        };
+        h.push_tensor(TensorInfo {
+            name: name.clone(),
+            dims,
+            ty: t,
+        })
+        .expect("valid tensor");
+        blobs.push(bytes);
+    }
+    let refs: Vec<&[u8]> = blobs.iter().map(|b| &b[..]).collect();
+    let mut out = Vec::new();
+    h.write_file(&mut out, &refs).expect("writing to memory");
+    out
+}
