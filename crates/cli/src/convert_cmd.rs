@@ -13,6 +13,7 @@ use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::synth::{write_synth, SynthGeometry};
 use dspark_convert::write::write_gguf;
+use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{Outcome, CANCEL};
@@ -68,7 +69,9 @@ fn parse_outtype(s: &str) -> Result<OutType, String> {
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Geometry: tiny (119 K parameters), small (≈ 250 M) or kimi-k3-dspark (2.25 B, the reference).
+    /// Geometry: a drafter checkpoint (tiny: 119 K parameters, small: ≈ 250 M,
+    /// kimi-k3-dspark: 2.25 B, the reference), or a target and its drafter (qwen3-tiny,
+    /// qwen3-0.6b: DIR/target.gguf and DIR/draft/).
     #[arg(long)]
     pub geometry: String,
     /// Output folder (created if missing).
@@ -409,10 +412,54 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// `synth --geometry qwen3-*`: `DIR/target.gguf` (random Qwen3, Q8_0 matrices) and
+/// `DIR/draft/` (a DSpark drafter checkpoint that fits it).
+fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("{}: cannot create", a.out.display()))?;
+    let bytes = qwen3_gguf(t, a.seed, dspark_gguf::GgmlType::Q8_0);
+    let target = a.out.join("target.gguf");
+    let mut tmp = temp_in(&a.out, "target.gguf")?;
+    tmp.write_all(&bytes)
+        .with_context(|| format!("{}: cannot write", target.display()))?;
+    tmp.persist(&target)
+        .with_context(|| format!("{}: cannot move into place", target.display()))?;
+    let d = SynthGeometry::for_target(
+        "draft",
+        t.hidden as u64,
+        t.heads as u64,
+        t.kv_heads as u64,
+        t.head_dim as u64,
+        t.ffn as u64,
+        t.vocab as u64,
+        t.layers as u64,
+        t.capture_layers(),
+    );
+    write_synth(&d, &a.out.join("draft"), a.seed, &|_, _| {
+        !CANCEL.load(Ordering::SeqCst)
+    })?;
+    if !a.quiet {
+        println!(
+            "{}: target.gguf ({} layers, hidden {}, vocabulary {}) and draft/ (captures {:?}, {} parameters), seed {}",
+            a.out.display(),
+            t.layers,
+            t.hidden,
+            t.vocab,
+            t.capture_layers(),
+            d.parameters(),
+            a.seed
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
 pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
+    if let Some(t) = Qwen3Geometry::by_name(&a.geometry) {
+        return synth_target_pair(&a, &t);
+    }
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
         bail!(
-            "unknown geometry `{}` (expected tiny or kimi-k3-dspark)",
+            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny or qwen3-0.6b)",
             a.geometry
         );
     };

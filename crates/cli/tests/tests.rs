@@ -946,3 +946,41 @@ fn special_files_are_refused_without_blocking() {
     }
     assert!(names_in(&dest).is_empty());
 }
+
+/// `synth --geometry qwen3-tiny` writes a target GGUF and a drafter checkpoint that fits it
+/// (hidden size, vocabulary, captured layers); the drafter converts and proves out.
+#[test]
+fn synth_target_and_drafter_pair() {
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "qwen3-tiny",
+        "--out",
+        s(&dir),
+        "-q",
+    ]));
+    let o = dspark(&["inspect", s(&dir.join("target.gguf")), "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let key = |k: &str| {
+        v["metadata"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["key"] == k)
+            .unwrap()["value"]
+            .clone()
+    };
+    assert_eq!(key("general.architecture"), "qwen3");
+    assert_eq!(key("qwen3.embedding_length"), 64);
+    let report = convert_and_prove(&dir.join("draft"), &t.path("draft.gguf"), &[]);
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
+    assert_eq!(
+        r["geometry"]["dflash.target_layer_ids"],
+        serde_json::json!([1, 2])
+    );
+    assert_eq!(r["geometry"]["dflash.target_block_count"], 4);
+    assert_eq!(r["geometry"]["vocab_size"], 512);
+}

@@ -130,6 +130,44 @@ impl SynthGeometry {
         }
     }
 
+    /// A drafter for a target of `hidden` size, `vocab` tokens and `target_layers`
+    /// layers, capturing `target_layer_ids`: one layer with the target's head layout.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_target(
+        name: &'static str,
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        ffn: u64,
+        vocab: u64,
+        target_layers: u64,
+        target_layer_ids: Vec<u64>,
+    ) -> SynthGeometry {
+        SynthGeometry {
+            name,
+            hidden,
+            layers: 1,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+            vocab,
+            markov_rank: 32,
+            target_layer_ids,
+            target_layers,
+            block_size: 4,
+            max_position_embeddings: 40_960,
+            rope_theta: 1_000_000.0,
+            yarn_factor: 1.0,
+            yarn_original: 40_960,
+            mask_token_id: vocab - 1,
+            bos_token_id: 1,
+            eos_token_id: 2,
+            pad_token_id: vocab - 1,
+        }
+    }
+
     /// Looks a geometry up by its CLI name.
     pub fn by_name(name: &str) -> Option<SynthGeometry> {
         match name {
@@ -188,6 +226,16 @@ impl SynthGeometry {
 
     /// The SpecForge-style `config.json`.
     pub fn config_json(&self) -> serde_json::Value {
+        let rope = if self.yarn_factor > 1.0 {
+            json!({
+                "rope_type": "yarn",
+                "factor": self.yarn_factor,
+                "original_max_position_embeddings": self.yarn_original,
+                "rope_theta": self.rope_theta
+            })
+        } else {
+            json!({"rope_type": "default", "rope_theta": self.rope_theta})
+        };
         json!({
             "architectures": ["DSparkDraftModel"],
             "model_type": "qwen3",
@@ -200,12 +248,7 @@ impl SynthGeometry {
             "vocab_size": self.vocab,
             "rms_norm_eps": 1e-05,
             "max_position_embeddings": self.max_position_embeddings,
-            "rope_parameters": {
-                "rope_type": "yarn",
-                "factor": self.yarn_factor,
-                "original_max_position_embeddings": self.yarn_original,
-                "rope_theta": self.rope_theta
-            },
+            "rope_parameters": rope,
             "block_size": self.block_size,
             "num_target_layers": self.target_layers,
             "layer_types": vec!["full_attention"; self.layers as usize],

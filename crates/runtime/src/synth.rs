@@ -21,11 +21,47 @@ pub struct Qwen3Geometry {
 }
 
 impl Qwen3Geometry {
-    /// A tiny target for tests: 2 layers of 64, GQA 4/2, vocabulary 512.
+    /// Qwen3-0.6B's shape (hidden 1024, 28 layers, 16/8 heads of 128, FFN 3072,
+    /// vocabulary 151,936, tied embeddings).
+    pub fn qwen3_0_6b() -> Qwen3Geometry {
+        Qwen3Geometry {
+            hidden: 1024,
+            layers: 28,
+            heads: 16,
+            kv_heads: 8,
+            head_dim: 128,
+            ffn: 3072,
+            vocab: 151_936,
+            context: 40_960,
+            untied_output: false,
+        }
+    }
+
+    /// Looks a target geometry up by its CLI name (`qwen3-tiny`, `qwen3-0.6b`).
+    pub fn by_name(name: &str) -> Option<Qwen3Geometry> {
+        match name {
+            "qwen3-tiny" => Some(Qwen3Geometry::tiny()),
+            "qwen3-0.6b" => Some(Qwen3Geometry::qwen3_0_6b()),
+            _ => None,
+        }
+    }
+
+    /// Captured target layers for a drafter of this target: up to five, spread evenly
+    /// over layers 1..L−2 (never the embedding output nor the last layer).
+    pub fn capture_layers(&self) -> Vec<u64> {
+        let l = self.layers as u64;
+        let m = 5.min(l.saturating_sub(2)).max(1);
+        if m == 1 {
+            return vec![l / 2];
+        }
+        (0..m).map(|i| 1 + i * (l - 3) / (m - 1)).collect()
+    }
+
+    /// A tiny target for tests: 4 layers of 64, GQA 4/2, vocabulary 512.
     pub fn tiny() -> Qwen3Geometry {
         Qwen3Geometry {
             hidden: 64,
-            layers: 2,
+            layers: 4,
             heads: 4,
             kv_heads: 2,
             head_dim: 16,
