@@ -62,8 +62,8 @@ fn requests_beyond_the_model_are_refused() {
         .to_string()
         .contains("outside the vocabulary"));
     assert!(m
-        .forward(&[1], &[2])
+        .forward(&[1], &[4])
         .unwrap_err()
         .to_string()
-        .contains("cannot capture layer 2"));
+        .contains("cannot capture layer 4"));
 }
