@@ -248,12 +248,15 @@ def _parse_capture(capture: Sequence[int], n_layers: int) -> list[int]:
 
 def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int] = (),
                   dtype=np.float64, positions: Sequence[int] | None = None,
-                  angle_dtype=np.float64, logits_chunk: int = 16384):
+                  angle_dtype=np.float64, logits_chunk: int = 16384,
+                  matmul=None, kv_round=None):
     """Forward pass; returns (logits [n, vocab], captured [n, len(capture)*hidden]) in `dtype`.
 
     dtype=float64 is the reference. dtype=float32 runs the identical math in float32 (used only
     to estimate how far an f32 implementation should drift from the reference). `positions`
-    defaults to 0..n-1."""
+    defaults to 0..n-1. Experiment hooks (None for the reference): `matmul(a, W) -> a @ W.T`
+    replaces every weight product (x, q, k, v, o, gate, up, down, lm head); `kv_round(t)` is applied
+    to k (after norm + RoPE) and v before attention, e.g. to emulate an f16 KV cache."""
     hp = model.hp
     tokens = [int(t) for t in tokens]
     if not tokens:
@@ -268,6 +271,8 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     phi = rope_angles(pos, hp.rope_dim, hp.rope_theta, angle_dtype)
     eps, d = hp.eps, hp.head_dim
     W = lambda name: model.tensor(name, dtype)  # noqa: E731
+    mm = matmul or (lambda a, w: a @ w.T)  # noqa: E731
+    kvr = kv_round or (lambda t: t)  # noqa: E731
 
     x = model.rows("token_embd.weight", tokens, dtype)  # [n, hidden]
     taps = {}
@@ -276,17 +281,17 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     for i in range(hp.n_layers):
         b = f"blk.{i}."
         h = rms_norm(x, W(b + "attn_norm.weight"), eps)
-        q = (h @ W(b + "attn_q.weight").T).reshape(n, hp.n_heads, d)
-        k = (h @ W(b + "attn_k.weight").T).reshape(n, hp.n_kv_heads, d)
-        v = (h @ W(b + "attn_v.weight").T).reshape(n, hp.n_kv_heads, d)
+        q = mm(h, W(b + "attn_q.weight")).reshape(n, hp.n_heads, d)
+        k = mm(h, W(b + "attn_k.weight")).reshape(n, hp.n_kv_heads, d)
+        v = mm(h, W(b + "attn_v.weight")).reshape(n, hp.n_kv_heads, d)
         q = rope_neox(rms_norm(q, W(b + "attn_q_norm.weight"), eps), phi, hp.rope_dim)
         k = rope_neox(rms_norm(k, W(b + "attn_k_norm.weight"), eps), phi, hp.rope_dim)
-        a = attention(q, k, v, pos, pos)
-        x = x + a @ W(b + "attn_output.weight").T
+        a = attention(q, kvr(k), kvr(v), pos, pos)
+        x = x + mm(a, W(b + "attn_output.weight"))
         h2 = rms_norm(x, W(b + "ffn_norm.weight"), eps)
-        g = h2 @ W(b + "ffn_gate.weight").T
-        u = h2 @ W(b + "ffn_up.weight").T
-        x = x + (silu(g) * u) @ W(b + "ffn_down.weight").T
+        g = mm(h2, W(b + "ffn_gate.weight"))
+        u = mm(h2, W(b + "ffn_up.weight"))
+        x = x + mm(silu(g) * u, W(b + "ffn_down.weight"))
         if i in capture:
             taps[i] = x.copy()
     hf = rms_norm(x, W("output_norm.weight"), eps)
@@ -294,7 +299,7 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     logits = np.empty((n, hp.vocab), dtype=dtype)
     for s in range(0, hp.vocab, logits_chunk):  # bounded memory for large vocabularies
         e = min(hp.vocab, s + logits_chunk)
-        logits[:, s:e] = hf @ model.rows(out_name, np.arange(s, e), dtype).T
+        logits[:, s:e] = mm(hf, model.rows(out_name, np.arange(s, e), dtype))
     captured = (np.concatenate([taps[c] for c in capture], axis=1) if capture
                 else np.zeros((n, 0), dtype=dtype))
     return logits, captured

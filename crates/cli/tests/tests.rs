@@ -984,3 +984,70 @@ fn synth_target_and_drafter_pair() {
     assert_eq!(r["geometry"]["dflash.target_block_count"], 4);
     assert_eq!(r["geometry"]["vocab_size"], 512);
 }
+
+/// The speculative loop around the synthetic Qwen3 target and its converted drafter gives
+/// exactly the target-only greedy tokens, for several seeds and prompts.
+#[test]
+fn speculative_greedy_equals_target_only_greedy() {
+    use dspark_runtime::spec::{greedy, speculative};
+    use dspark_runtime::{Drafter, Qwen3, Target};
+    let t = Tmp::new();
+    for seed in [0u64, 1, 2] {
+        let dir = t.path(&format!("pair{seed}"));
+        assert_ok(&dspark(&[
+            "synth",
+            "--geometry",
+            "qwen3-tiny",
+            "--out",
+            s(&dir),
+            "--seed",
+            &seed.to_string(),
+            "-q",
+        ]));
+        let draft_path = dir.join("draft.gguf");
+        assert_ok(&dspark(&[
+            "convert",
+            s(&dir.join("draft")),
+            "-o",
+            s(&draft_path),
+            "-q",
+        ]));
+        let (tb, db) = (
+            fs::read(dir.join("target.gguf")).unwrap(),
+            fs::read(&draft_path).unwrap(),
+        );
+        let (tf, df) = (
+            dspark_gguf::GgufFile::parse(&tb).unwrap(),
+            dspark_gguf::GgufFile::parse(&db).unwrap(),
+        );
+        for prompt in [
+            vec![1u32, 5, 9],
+            vec![300],
+            (0..20).map(|i| (i * 37 % 500) as u32).collect(),
+        ] {
+            let mut plain = Qwen3::load(&tf, 256).unwrap();
+            let want = greedy(&mut plain, &prompt, 40, &[]).unwrap();
+            let mut target = Qwen3::load(&tf, 256).unwrap();
+            let mut drafter = Drafter::load(&df, 256).unwrap();
+            assert_eq!(drafter.config.block_size, 4);
+            assert!(drafter.config.sample_from_anchor);
+            let (got, stats) = speculative(&mut target, &mut drafter, &prompt, 40, &[]).unwrap();
+            assert_eq!(got, want, "seed {seed} prompt {prompt:?}");
+            assert!(stats.rounds > 0 && stats.rounds <= 39);
+            assert_eq!(
+                drafter.len(),
+                target.len(),
+                "drafter context covers every committed position"
+            );
+            // A stop token ends both the same way.
+            let stop = [want[7]];
+            let mut a = Qwen3::load(&tf, 256).unwrap();
+            let mut b = Qwen3::load(&tf, 256).unwrap();
+            let mut d = Drafter::load(&df, 256).unwrap();
+            assert_eq!(
+                greedy(&mut a, &prompt, 40, &stop).unwrap(),
+                speculative(&mut b, &mut d, &prompt, 40, &stop).unwrap().0
+            );
+        }
+    }
+}
