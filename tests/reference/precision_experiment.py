@@ -137,6 +137,12 @@ def main() -> int:
         toks = [int(t) for t in rng.integers(0, 8192, size=64)]
         run_case("medium q8_0", p, toks, q8=True)
         run_case("medium q8_0, far positions", p, toks, positions=np.arange(len(toks)) + 30000, seq=False)
+        # depth: 28 layers (as Qwen3-0.6B/1.7B), narrower
+        deep = dict(hidden=256, layers=28, heads=4, kv_heads=2, head_dim=64, ffn=768)
+        p = os.path.join(tmp, "deep_f32.gguf")
+        if not os.path.exists(p):
+            mk.write_gguf(p, mk.make_weights(**deep, vocab=4096, std=0.05, seed=9), **deep, wtype="f32")
+        run_case("deep f32", p, [int(t) for t in rng.integers(0, 4096, size=128)])
     print(f"\nGGUFs in {tmp}")
     return 0
 

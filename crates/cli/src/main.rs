@@ -5,6 +5,7 @@
 //! 2 bad command-line usage; 130 interrupted. A broken pipe on stdout exits 0.
 
 mod convert_cmd;
+mod generate_cmd;
 mod inspect_cmd;
 mod mmap;
 mod verify_cmd;
@@ -38,6 +39,8 @@ enum Command {
     Verify(verify_cmd::VerifyArgs),
     /// Write a synthetic drafter checkpoint (config.json + BF16 model.safetensors).
     Synth(convert_cmd::SynthArgs),
+    /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy, lossless).
+    Generate(generate_cmd::GenerateArgs),
 }
 
 /// Most worker threads a command starts, whatever `--threads` says.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => inspect_cmd::run(a),
         Command::Verify(a) => verify_cmd::run(a),
         Command::Synth(a) => convert_cmd::run_synth(a),
+        Command::Generate(a) => generate_cmd::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -1051,3 +1051,88 @@ fn speculative_greedy_equals_target_only_greedy() {
         }
     }
 }
+
+/// `dspark generate` with and without `--draft` prints the same tokens; `--json` and
+/// `--trace` carry what they promise.
+#[test]
+fn generate_with_and_without_draft() {
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "qwen3-tiny",
+        "--out",
+        s(&dir),
+        "--seed",
+        "3",
+        "-q",
+    ]));
+    let draft = dir.join("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&dir.join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    let target = dir.join("target.gguf");
+    let trace = t.path("trace.jsonl");
+    let plain = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--prompt-tokens",
+        "7,8,9",
+        "--max-tokens",
+        "30",
+        "--json",
+    ]);
+    assert_ok(&plain);
+    let spec = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--draft",
+        s(&draft),
+        "--prompt-tokens",
+        "7,8,9",
+        "--max-tokens",
+        "30",
+        "--json",
+        "--trace",
+        s(&trace),
+    ]);
+    assert_ok(&spec);
+    let p: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let q: serde_json::Value = serde_json::from_slice(&spec.stdout).unwrap();
+    assert_eq!(p["tokens"], q["tokens"]);
+    assert_eq!(q["tokens"].as_array().unwrap().len(), 30);
+    let rounds = q["stats"]["rounds"].as_u64().unwrap();
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len() as u64, rounds);
+    // The trace's committed tokens, after the first (prefill) token, are the output.
+    let mut replay = vec![q["tokens"][0].clone()];
+    for l in &lines {
+        assert_eq!(l["drafted"].as_array().unwrap().len(), 4);
+        assert_eq!(l["confidences"].as_array().unwrap().len(), 4);
+        assert_eq!(
+            l["committed"].as_array().unwrap().len() as u64,
+            l["accepted"].as_u64().unwrap() + 1
+        );
+        replay.extend(l["committed"].as_array().unwrap().iter().cloned());
+    }
+    replay.truncate(30);
+    assert_eq!(serde_json::Value::Array(replay), q["tokens"]);
+    let hist: u64 = q["stats"]["acceptance_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(hist, rounds);
+}

@@ -7,6 +7,8 @@
 //! features. Because a batched target forward equals single-position forwards bit for bit,
 //! the output equals [`greedy`]'s token for token.
 
+use std::time::{Duration, Instant};
+
 use crate::dspark::Drafter;
 use crate::error::Result;
 use crate::target::Target;
@@ -19,13 +21,19 @@ pub fn argmax(logits: &[f32]) -> u32 {
     ) as u32
 }
 
-/// Counts of a speculative run.
+/// Counts and times of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
-    /// Draft–verify rounds.
+    /// Draft–verify rounds (0 for plain decoding).
     pub rounds: usize,
     /// `accepted[m]`: rounds in which m drafts were accepted.
     pub accepted: Vec<usize>,
+    /// Time in target forwards (prefill included).
+    pub target_time: Duration,
+    /// Time in the drafter (context and drafting).
+    pub draft_time: Duration,
+    /// Wall time of the whole run.
+    pub total_time: Duration,
 }
 
 impl Stats {
@@ -39,6 +47,25 @@ impl Stats {
             .sum();
         total as f64 / self.rounds.max(1) as f64
     }
+}
+
+/// One round, as `--trace` records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Round {
+    /// Position of the anchor.
+    pub position: usize,
+    /// The anchor token.
+    pub anchor: u32,
+    /// Drafted tokens.
+    pub drafted: Vec<u32>,
+    /// Their confidences (empty without a confidence head).
+    pub confidences: Vec<f32>,
+    /// Drafts verified by the target.
+    pub verified: usize,
+    /// Drafts accepted.
+    pub accepted: usize,
+    /// Tokens committed this round (accepted drafts, then the bonus).
+    pub committed: Vec<u32>,
 }
 
 /// Truncates `out` after its first stop token or at `max_new`; true when it ended.
@@ -61,6 +88,17 @@ pub fn greedy(
     max_new: usize,
     stop: &[u32],
 ) -> Result<Vec<u32>> {
+    greedy_timed(target, prompt, max_new, stop).map(|(out, _)| out)
+}
+
+/// [`greedy`], with its time in the target.
+pub fn greedy_timed(
+    target: &mut dyn Target,
+    prompt: &[u32],
+    max_new: usize,
+    stop: &[u32],
+) -> Result<(Vec<u32>, Stats)> {
+    let start = Instant::now();
     let vocab = target.vocab_size();
     let f = target.forward(prompt, &[])?;
     let mut out = vec![argmax(&f.logits[f.logits.len() - vocab..])];
@@ -68,7 +106,15 @@ pub fn greedy(
         let f = target.forward(&out[out.len() - 1..], &[])?;
         out.push(argmax(&f.logits));
     }
-    Ok(out)
+    let total = start.elapsed();
+    Ok((
+        out,
+        Stats {
+            target_time: total,
+            total_time: total,
+            ..Stats::default()
+        },
+    ))
 }
 
 /// Greedy speculative decoding with `drafter`; returns the tokens and the statistics.
@@ -79,21 +125,42 @@ pub fn speculative(
     max_new: usize,
     stop: &[u32],
 ) -> Result<(Vec<u32>, Stats)> {
+    speculative_traced(target, drafter, prompt, max_new, stop, &mut |_| {})
+}
+
+/// [`speculative`], calling `on_round` after every round.
+pub fn speculative_traced(
+    target: &mut dyn Target,
+    drafter: &mut Drafter<'_>,
+    prompt: &[u32],
+    max_new: usize,
+    stop: &[u32],
+    on_round: &mut dyn FnMut(&Round),
+) -> Result<(Vec<u32>, Stats)> {
+    let start = Instant::now();
+    let mut stats = Stats::default();
     let vocab = target.vocab_size();
     let capture = drafter.config.target_layer_ids.clone();
+    let width = capture.len() * target.hidden_size();
+    let t = Instant::now();
     let f = target.forward(prompt, &capture)?;
+    stats.target_time += t.elapsed();
+    let t = Instant::now();
     drafter.add_context(&f.captured)?;
+    stats.draft_time += t.elapsed();
     let mut anchor = argmax(&f.logits[f.logits.len() - vocab..]);
     let mut out = vec![anchor];
-    let mut stats = Stats::default();
-    let width = capture.len() * target.hidden_size();
     while !finish(&mut out, max_new, stop) {
+        let t = Instant::now();
         let draft = drafter.draft(target, anchor)?;
+        stats.draft_time += t.elapsed();
         let committed = target.len();
         let mut verify = Vec::with_capacity(draft.tokens.len() + 1);
         verify.push(anchor);
         verify.extend(&draft.tokens);
+        let t = Instant::now();
         let f = target.forward(&verify, &capture)?;
+        stats.target_time += t.elapsed();
         let targets: Vec<u32> = f.logits.chunks_exact(vocab).map(argmax).collect();
         let m = draft
             .tokens
@@ -104,9 +171,21 @@ pub fn speculative(
         let bonus = targets[m];
         // Commit the anchor and m drafts; their features go to the drafter.
         target.truncate(committed + m + 1);
+        let t = Instant::now();
         drafter.add_context(&f.captured[..(m + 1) * width])?;
-        out.extend(&draft.tokens[..m]);
-        out.push(bonus);
+        stats.draft_time += t.elapsed();
+        let mut done = draft.tokens[..m].to_vec();
+        done.push(bonus);
+        out.extend(&done);
+        on_round(&Round {
+            position: committed,
+            anchor,
+            verified: draft.tokens.len(),
+            accepted: m,
+            drafted: draft.tokens,
+            confidences: draft.confidences,
+            committed: done,
+        });
         anchor = bonus;
         stats.rounds += 1;
         if stats.accepted.len() <= m {
@@ -114,5 +193,6 @@ pub fn speculative(
         }
         stats.accepted[m] += 1;
     }
+    stats.total_time = start.elapsed();
     Ok((out, stats))
 }

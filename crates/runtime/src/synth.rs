@@ -163,7 +163,7 @@ pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
                 if *is_norm {
                     1.0 + 0.1 * rng.normal()
                 } else {
-                    0.08 * rng.normal()
+                    0.3 * rng.normal()
                 }
             })
             .collect();
