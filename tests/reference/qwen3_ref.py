@@ -323,7 +323,11 @@ def main(argv=None) -> int:
                     help="comma-separated layer ids whose output (pre final norm) to capture, in order; -1 = embeddings")
     ap.add_argument("--out", required=True, help="output JSON path ('-' for stdout)")
     args = ap.parse_args(argv)
-    logits, captured = forward(args.gguf, args.tokens, args.capture)
+    try:
+        logits, captured = forward(args.gguf, args.tokens, args.capture)
+    except (ValueError, KeyError, NotImplementedError) as e:
+        print(f"qwen3_ref: error: {e}", file=sys.stderr)
+        return 2
     doc = {
         "logits": logits.tolist(),
         "captured": captured.tolist(),

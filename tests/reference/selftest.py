@@ -28,7 +28,6 @@ import sys
 import tempfile
 
 import numpy as np
-from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,7 +53,7 @@ def maxabs(a, b) -> float:
 # ---- naive independent forward (loops; uses the raw float32 arrays from the generator path) -----
 
 def naive_forward(W: dict[str, np.ndarray], hp: ref.Hparams, tokens, capture):
-    D, H, Hkv, d = hp.hidden, hp.n_heads, hp.n_kv_heads, hp.head_dim
+    H, Hkv, d = hp.n_heads, hp.n_kv_heads, hp.head_dim
     group = H // Hkv
     half = hp.rope_dim // 2
     eps = hp.eps
@@ -154,17 +153,22 @@ def main() -> int:
           "rope: NeoX pairing (element 0 rotates into element d/2, sign convention)")
 
     # ---- per-model checks ------------------------------------------------------------------
-    cases = [("f32", False, 1), ("f16", False, 1), ("bf16", False, 1), ("q8_0", False, 1), ("f32", True, 2),
-             ("q8_0", True, 3)]
-    for wtype, tied, seed in cases:
-        tag = f"[{wtype}{' tied' if tied else ''}]"
-        path = os.path.join(tmp, f"tiny_{wtype}{'_tied' if tied else ''}.gguf")
-        W = mk.make_weights(**DIMS, vocab=VOCAB, seed=seed, tied=tied)
-        mk.write_gguf(path, W, **DIMS, wtype=wtype)
+    # (wtype, tied, seed, dims): the last case has heads*head_dim (128) != hidden (64) and 1 kv head,
+    # as in Qwen3-0.6B (16 x 128 = 2048 != 1024), to pin the orientation of attn_q / attn_output.
+    wide = dict(DIMS, head_dim=32, kv_heads=1)
+    cases = [("f32", False, 1, DIMS), ("f16", False, 1, DIMS), ("bf16", False, 1, DIMS), ("q8_0", False, 1, DIMS),
+             ("f32", True, 2, DIMS), ("q8_0", True, 3, DIMS), ("q8_0", False, 4, wide)]
+    for wtype, tied, seed, dims in cases:
+        wd = dims is wide
+        tag = f"[{wtype}{' tied' if tied else ''}{' H*d!=D, Hkv=1' if wd else ''}]"
+        stem = f"tiny_{wtype}{'_tied' if tied else ''}{'_wide' if wd else ''}"
+        path = os.path.join(tmp, stem + ".gguf")
+        W = mk.make_weights(**dims, vocab=VOCAB, seed=seed, tied=tied)
+        mk.write_gguf(path, W, **dims, wtype=wtype)
         model = ref.Qwen3Gguf(path)
         hp = model.hp
         check((hp.hidden, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.ffn, hp.vocab, hp.tied_output)
-              == (64, 2, 4, 2, 16, 128, VOCAB, tied) and hp.rope_theta == 1e6 and abs(hp.eps - 1e-6) < 1e-12,
+              == (64, 2, 4, dims["kv_heads"], dims["head_dim"], 128, VOCAB, tied) and hp.rope_theta == 1e6 and abs(hp.eps - 1e-6) < 1e-12,
               f"{tag} hyperparameters read back")
         # weights read back in the right orientation
         exact, close = True, True
@@ -221,7 +225,7 @@ def main() -> int:
               f"{tag} logits finite, argmax not constant")
 
         # CLI round trip
-        out = os.path.join(tmp, f"out_{wtype}{'_tied' if tied else ''}.json")
+        out = os.path.join(tmp, f"out_{stem}.json")
         subprocess.run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), path,
                         "--tokens", ",".join(map(str, tokens)), "--capture", "1,0", "--out", out], check=True)
         doc = json.load(open(out))
