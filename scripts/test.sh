@@ -8,5 +8,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 export DSPARK_PYTHON="$PWD/.venv/bin/python"
+# The numpy reference checks itself first (causality, RoPE, weight orientation).
+"$DSPARK_PYTHON" tests/reference/selftest.py
 cargo test --workspace --all-targets
 cargo test --workspace --doc

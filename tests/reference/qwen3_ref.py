@@ -35,9 +35,9 @@ The math (tokens t_0..t_{n-1} at positions 0..n-1; pre-norm decoder; causal atte
 GGUF layout: a ggml tensor with ne = [cols, rows] is the numpy matrix W of shape (rows, cols) and
 y = W @ x. Hyperparameters: qwen3.{embedding_length, block_count, attention.head_count,
 attention.head_count_kv, attention.key_length, feed_forward_length, rope.freq_base,
-attention.layer_norm_rms_epsilon}. llama.cpp's converter does not permute Qwen3's q/k rows (the
-permutation is only done for the LLaMA-family interleaved rope), so the NeoX pairing applies to the
-weights as stored.
+attention.layer_norm_rms_epsilon}. llama.cpp runs the qwen3 architecture with NeoX rope
+(LLAMA_ROPE_TYPE_NEOX) directly on the stored q/k weights (no row permutation, unlike its
+interleaved-rope LLaMA path), so the NeoX pairing applies to the weights as stored.
 
 How to run
 ----------
@@ -46,7 +46,8 @@ How to run
 writes {"logits": [[vocab floats] per position],
         "captured": [[captured layers' hidden states concatenated in --capture order] per position],
         "argmax": [argmax of logits per position]}.
-Capture id -1 (an extension, DeepSpec convention) means the embedding output.
+Capture id -1 (an extension, DeepSpec convention) means the embedding output; a list starting with
+it must be written --capture=-1,3 (argparse would read "-1,3" as an option).
 
 As a module: ``forward(path, tokens, capture) -> (logits [n, vocab], captured [n, m*hidden])``,
 float64 numpy arrays. ``forward_model(model, tokens, capture, dtype=..., ...)`` runs on an already
@@ -65,7 +66,7 @@ from typing import Sequence
 
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 
 ARCH = "qwen3"
 
@@ -249,14 +250,19 @@ def _parse_capture(capture: Sequence[int], n_layers: int) -> list[int]:
 def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int] = (),
                   dtype=np.float64, positions: Sequence[int] | None = None,
                   angle_dtype=np.float64, logits_chunk: int = 16384,
-                  matmul=None, kv_round=None):
+                  matmul=None, kv_round=None, q8_activations: bool = False):
     """Forward pass; returns (logits [n, vocab], captured [n, len(capture)*hidden]) in `dtype`.
 
     dtype=float64 is the reference. dtype=float32 runs the identical math in float32 (used only
     to estimate how far an f32 implementation should drift from the reference). `positions`
     defaults to 0..n-1. Experiment hooks (None for the reference): `matmul(a, W) -> a @ W.T`
     replaces every weight product (x, q, k, v, o, gate, up, down, lm head); `kv_round(t)` is applied
-    to k (after norm + RoPE) and v before attention, e.g. to emulate an f16 KV cache."""
+    to k (after norm + RoPE) and v before attention, e.g. to emulate an f16 KV cache.
+
+    q8_activations=True reproduces the CPU matmul numerics of ggml and dspark: before a
+    product with a Q8_0 weight, each activation row is rounded to Q8_0 (gguf-py's
+    quantizer, bit-exact with ggml's reference), and the product uses the rounded values;
+    everything else stays float64."""
     hp = model.hp
     tokens = [int(t) for t in tokens]
     if not tokens:
@@ -270,8 +276,25 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     assert pos.shape == (n,)
     phi = rope_angles(pos, hp.rope_dim, hp.rope_theta, angle_dtype)
     eps, d = hp.eps, hp.head_dim
-    W = lambda name: model.tensor(name, dtype)  # noqa: E731
-    mm = matmul or (lambda a, w: a @ w.T)  # noqa: E731
+    def W(name: str) -> np.ndarray:  # noqa: N802
+        nonlocal names
+        if name.endswith(("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                          "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")):
+            names = iter((name,))
+        return model.tensor(name, dtype)
+    mm0 = matmul or (lambda a, w: a @ w.T)  # noqa: E731
+
+    def act(a: np.ndarray, name: str) -> np.ndarray:
+        if not q8_activations or model.tensors[name].tensor_type != GGMLQuantizationType.Q8_0:
+            return a
+        flat = np.ascontiguousarray(a.reshape(a.shape[0], -1), dtype=np.float32)
+        q = quantize(flat, GGMLQuantizationType.Q8_0)
+        return np.asarray(dequantize(q, GGMLQuantizationType.Q8_0), dtype=np.float32).reshape(a.shape).astype(dtype)
+
+    names = iter(())
+
+    def mm(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return mm0(act(a, next(names)), w)
     kvr = kv_round or (lambda t: t)  # noqa: E731
 
     x = model.rows("token_embd.weight", tokens, dtype)  # [n, hidden]
@@ -299,15 +322,16 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     logits = np.empty((n, hp.vocab), dtype=dtype)
     for s in range(0, hp.vocab, logits_chunk):  # bounded memory for large vocabularies
         e = min(hp.vocab, s + logits_chunk)
+        names = iter((out_name,))
         logits[:, s:e] = mm(hf, model.rows(out_name, np.arange(s, e), dtype))
     captured = (np.concatenate([taps[c] for c in capture], axis=1) if capture
                 else np.zeros((n, 0), dtype=dtype))
     return logits, captured
 
 
-def forward(path: str, tokens: Sequence[int], capture: Sequence[int] = ()):
+def forward(path: str, tokens: Sequence[int], capture: Sequence[int] = (), q8_activations: bool = False):
     """Float64 reference: (logits [n, vocab], captured [n, len(capture)*hidden])."""
-    return forward_model(Qwen3Gguf(path), tokens, capture, dtype=np.float64)
+    return forward_model(Qwen3Gguf(path), tokens, capture, dtype=np.float64, q8_activations=q8_activations)
 
 
 def _int_list(s: str) -> list[int]:
@@ -320,11 +344,14 @@ def main(argv=None) -> int:
     ap.add_argument("gguf", help="target model, llama.cpp qwen3 layout")
     ap.add_argument("--tokens", required=True, type=_int_list, help="comma-separated token ids (positions 0..n-1)")
     ap.add_argument("--capture", default=[], type=_int_list,
-                    help="comma-separated layer ids whose output (pre final norm) to capture, in order; -1 = embeddings")
+                    help="comma-separated layer ids whose output (pre final norm) to capture, in order; "
+                         "-1 = embeddings (write --capture=-1,0 when the list starts with -1)")
     ap.add_argument("--out", required=True, help="output JSON path ('-' for stdout)")
+    ap.add_argument("--q8-activations", action="store_true",
+                    help="round activations to Q8_0 before products with Q8_0 weights (ggml/dspark CPU numerics)")
     args = ap.parse_args(argv)
     try:
-        logits, captured = forward(args.gguf, args.tokens, args.capture)
+        logits, captured = forward(args.gguf, args.tokens, args.capture, args.q8_activations)
     except (ValueError, KeyError, NotImplementedError) as e:
         print(f"qwen3_ref: error: {e}", file=sys.stderr)
         return 2

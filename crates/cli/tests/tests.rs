@@ -1136,3 +1136,96 @@ fn generate_with_and_without_draft() {
         .sum();
     assert_eq!(hist, rounds);
 }
+
+/// Our Qwen3 forward against the independent float64 numpy reference
+/// (`tests/reference/qwen3_ref.py`): logits and captured hidden states within 1e-4 of each
+/// position's largest magnitude (the reference's README gives the reasoning), for Q8_0
+/// weights (with ggml's Q8_0 rounding of activations reproduced by the reference) and F32.
+#[test]
+fn qwen3_target_matches_the_numpy_reference() {
+    use dspark_gguf::GgmlType;
+    use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry};
+    use dspark_runtime::{Qwen3, Target};
+    const TOL: f64 = 1e-4;
+    let t = Tmp::new();
+    let tokens = [7u32, 8, 9, 300, 42, 5, 511, 0];
+    let capture = [1usize, 3];
+    for (ty, flag) in [(GgmlType::Q8_0, true), (GgmlType::F32, false)] {
+        let path = t.path(&format!("target-{ty}.gguf"));
+        let bytes = qwen3_gguf(&Qwen3Geometry::tiny(), 11, ty);
+        fs::write(&path, &bytes).unwrap();
+        let file = dspark_gguf::GgufFile::parse(&bytes).unwrap();
+        let mut model = Qwen3::load(&file, 64).unwrap();
+        let ours = model.forward(&tokens, &capture).unwrap();
+        let (vocab, hidden) = (model.vocab_size(), model.hidden_size());
+
+        let out = t.path(&format!("ref-{ty}.json"));
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/qwen3_ref.py");
+        let toks: Vec<String> = tokens.iter().map(|x| x.to_string()).collect();
+        let mut cmd = std::process::Command::new(
+            std::env::var("DSPARK_PYTHON").unwrap_or_else(|_| "python3".into()),
+        );
+        cmd.arg(&script)
+            .arg(&path)
+            .arg("--tokens")
+            .arg(toks.join(","))
+            .arg("--capture")
+            .arg("1,3")
+            .arg("--out")
+            .arg(&out);
+        if flag {
+            cmd.arg("--q8-activations");
+        }
+        let o = cmd.output().expect("python (see README)");
+        assert!(
+            o.status.success(),
+            "reference failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
+        let rows = |key: &str| -> Vec<Vec<f64>> {
+            r[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_f64().unwrap())
+                        .collect()
+                })
+                .collect()
+        };
+        let check = |what: &str, got: &[f32], want: &[f64]| {
+            let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(want)
+                .fold(0.0f64, |m, (g, w)| m.max((f64::from(*g) - w).abs()));
+            assert!(
+                err <= TOL * scale,
+                "{ty:?} {what}: max error {err:e} > {TOL:e} × {scale}"
+            );
+        };
+        for (p, want) in rows("logits").iter().enumerate() {
+            check(
+                &format!("logits at {p}"),
+                &ours.logits[p * vocab..(p + 1) * vocab],
+                want,
+            );
+        }
+        for (p, want) in rows("captured").iter().enumerate() {
+            for l in 0..capture.len() {
+                let got = &ours.captured
+                    [(p * capture.len() + l) * hidden..(p * capture.len() + l + 1) * hidden];
+                check(
+                    &format!("capture {l} at {p}"),
+                    got,
+                    &want[l * hidden..(l + 1) * hidden],
+                );
+            }
+        }
+    }
+}
