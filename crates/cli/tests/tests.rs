@@ -1229,3 +1229,67 @@ fn qwen3_target_matches_the_numpy_reference() {
         }
     }
 }
+
+/// A plain DFlash drafter (no DSpark heads): converts with `sample_from_anchor = false`,
+/// drafts B − 1 tokens from rows 1..B−1, and the loop stays lossless.
+#[test]
+fn plain_dflash_drafter_without_heads() {
+    use dspark_runtime::spec::{greedy, speculative};
+    use dspark_runtime::{Drafter, Qwen3};
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "qwen3-tiny",
+        "--out",
+        s(&dir),
+        "--seed",
+        "4",
+        "-q",
+    ]));
+    let src = dir.join("draft");
+    let st = src.join("model.safetensors");
+    let kept: Vec<StTensor> = read_safetensors(&st)
+        .into_iter()
+        .filter(|t| !t.name.contains("markov") && !t.name.contains("confidence"))
+        .collect();
+    write_safetensors(&st, &kept);
+    edit_config(&src, |c| {
+        let d = c["dflash_config"].as_object_mut().unwrap();
+        for k in [
+            "markov_rank",
+            "markov_head_type",
+            "enable_confidence_head",
+            "confidence_head_with_markov",
+        ] {
+            d.remove(k);
+        }
+    });
+    let out = t.path("dflash.gguf");
+    let report = convert_and_prove(&src, &out, &[]);
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
+    assert_eq!(r["geometry"]["dflash.sample_from_anchor"], false);
+    assert!(r["geometry"].get("dflash.dspark.enabled").is_none());
+    let (tb, db) = (
+        fs::read(dir.join("target.gguf")).unwrap(),
+        fs::read(&out).unwrap(),
+    );
+    let (tf, df) = (
+        dspark_gguf::GgufFile::parse(&tb).unwrap(),
+        dspark_gguf::GgufFile::parse(&db).unwrap(),
+    );
+    let mut target = Qwen3::load(&tf, 128).unwrap();
+    let mut drafter = Drafter::load(&df, 128).unwrap();
+    assert!(!drafter.config.sample_from_anchor);
+    let prompt = [3u32, 1, 4, 1, 5];
+    let mut plain = Qwen3::load(&tf, 128).unwrap();
+    let want = greedy(&mut plain, &prompt, 30, &[]).unwrap();
+    let (got, stats) = speculative(&mut target, &mut drafter, &prompt, 30, &[]).unwrap();
+    assert_eq!(got, want);
+    assert!(
+        stats.accepted.len() <= 4,
+        "at most B − 1 = 3 drafts per round: {:?}",
+        stats.accepted
+    );
+}
