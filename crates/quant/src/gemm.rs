@@ -10,8 +10,9 @@
 //! Q8_0 weights multiply Q8_0 activations (each column is quantized once with
 //! [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul): per block an exact
 //! integer dot, scaled by `d_w · d_x`. Plain weights multiply f32 activations. The AVX2 row
-//! kernels (in `gemm/x86_64.rs`) sum in a different order than the scalar references here,
-//! so they agree within [`DOT_TOLERANCE`] of `Σ|w·x|`, not bit for bit.
+//! kernel (in `gemm/x86_64.rs`) sums in a different order than the scalar reference here,
+//! so they agree within [`DOT_TOLERANCE`] of `Σ|w·x|`, not bit for bit. It processes a few
+//! columns per pass over a row, with per-column work identical to a single column's.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -97,8 +98,22 @@ impl Matrix<'_> {
     }
 }
 
-/// One row · one column.
-pub type RowKernel = fn(WeightType, &[u8], &[f32], &[u8]) -> f32;
+/// One row · n columns: `(type, row, x: n columns of cols f32, xq: their Q8_0 blocks
+/// (Q8_0 rows only), cols, out: n results)`.
+pub type RowKernel = fn(WeightType, &[u8], &[f32], &[u8], usize, &mut [f32]);
+
+/// The scalar row kernel: [`dot_ref`] for each column.
+pub fn row_ref(ty: WeightType, row: &[u8], x: &[f32], xq: &[u8], cols: usize, out: &mut [f32]) {
+    let qbytes = row.len();
+    for (c, o) in out.iter_mut().enumerate() {
+        let xqc = if ty == WeightType::Q8_0 {
+            &xq[c * qbytes..(c + 1) * qbytes]
+        } else {
+            &[][..]
+        };
+        *o = dot_ref(ty, row, &x[c * cols..(c + 1) * cols], xqc);
+    }
+}
 
 /// Scalar reference of one row · one column (`xq` is the column's Q8_0 blocks, used for
 /// Q8_0 rows; `x` the f32 column, used otherwise).
@@ -172,12 +187,7 @@ pub fn gemm_with(kernel: RowKernel, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
         .for_each(|(task, out)| {
             let first = task * ROWS_PER_TASK;
             for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
-                let row = w.row(first + i);
-                for (c, o) in row_out.iter_mut().enumerate() {
-                    let xc = &x[c * w.cols..(c + 1) * w.cols];
-                    let xqc = xq.get(c * qbytes..(c + 1) * qbytes).unwrap_or(&[]);
-                    *o = kernel(w.ty, row, xc, xqc);
-                }
+                kernel(w.ty, w.row(first + i), x, &xq, w.cols, row_out);
             }
         });
     for r in 0..w.rows {

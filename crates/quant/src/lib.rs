@@ -50,7 +50,7 @@ pub struct Kernels {
     pub dequantize_q8_0: fn(&[u8], &mut [f32]),
     /// Error sums, identical in bits to [`error::error_sums_ref`] (NaN payloads aside).
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
-    /// Weight row · activation column, within [`gemm::DOT_TOLERANCE`] of [`gemm::dot_ref`].
+    /// Weight row · activation columns, within [`gemm::DOT_TOLERANCE`] of [`gemm::dot_ref`].
     pub dot: gemm::RowKernel,
 }
 
@@ -61,7 +61,7 @@ impl Kernels {
         quantize_q8_0: q8_0::quantize_ref,
         dequantize_q8_0: q8_0::dequantize_ref,
         error_sums: error::error_sums_ref,
-        dot: gemm::dot_ref,
+        dot: gemm::row_ref,
     };
 
     /// The AVX2 kernels, or `None` when this CPU lacks AVX2, FMA or F16C.
@@ -86,9 +86,9 @@ impl Kernels {
                         // SAFETY: this table is built only after AVX2 was detected.
                         unsafe { error::x86_64::error_sums_avx2(x, y) }
                     },
-                    dot: |ty, row, x, xq| {
+                    dot: |ty, row, x, xq, cols, out| {
                         // SAFETY: this table is built only after AVX2, FMA and F16C were detected.
-                        unsafe { gemm::x86_64::dot_avx2(ty, row, x, xq) }
+                        unsafe { gemm::x86_64::row_avx2(ty, row, x, xq, cols, out) }
                     },
                 });
             }

@@ -292,7 +292,9 @@ mod gemm {
                     if ty == WeightType::Q8_0 {
                         quantize_ref(&x, &mut xq);
                     }
-                    let f = (k.dot)(ty, &w, &x, &xq);
+                    let mut f = [0.0f32];
+                    (k.dot)(ty, &w, &x, &xq, cols, &mut f);
+                    let f = f[0];
                     let r = dot_ref(ty, &w, &x, &xq);
                     let scale: f32 = x.iter().map(|v| v.abs()).sum::<f32>() * 0.25 + 1.0;
                     assert!(
