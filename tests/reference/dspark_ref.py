@@ -54,6 +54,11 @@ w2 product. Not rounded: the w1 row lookup (a plain dequantized row, used as is 
 by the confidence head), the token embedding lookup, norms, RoPE, attention, the confidence dot
 product.
 
+Refused (NotImplementedError / ValueError) rather than approximated: rope.scaling.type other than
+none/yarn, partial rotary, markov_head_type other than vanilla, aux hidden norms, attention gates,
+Domino heads, context_kv_layer_norm, sliding-window layers, a Markov vocab != the target vocab, a
+confidence dim other than H or H + R, fc ne[0] != len(target_layer_ids) * H, missing tensors.
+
 How to run
 ----------
   /tmp/pyenv/bin/python tests/reference/dspark_ref.py TARGET.gguf DRAFT.gguf --prompt 7,8,9 \
@@ -157,6 +162,17 @@ class DraftGguf(Qwen3Gguf):
         elif kind not in ("none", ""):
             raise NotImplementedError(f"rope.scaling.type {kind!r} is not implemented (only none / yarn)")
 
+        # variants this reference does not implement: refuse rather than silently compute something else
+        for name in self.tensors:
+            if name.startswith(("dflash.aux_hidden_norm.", "dflash.domino.")) or name.endswith("attn_gate.weight"):
+                raise NotImplementedError(f"tensor {name}: aux hidden norms / attention gates / Domino not implemented")
+        if int(self._field(k("dflash.context_kv_layer_norm"), 0)):
+            raise NotImplementedError("dflash.context_kv_layer_norm != 0 is not implemented")
+        if self._field(k("attention.sliding_window_pattern"), None) is not None:
+            raise NotImplementedError("sliding-window draft layers are not implemented")
+        mht = str(self._field(k("dflash.dspark.markov_head_type"), "vanilla"))
+        if mht != "vanilla":
+            raise NotImplementedError(f"markov_head_type {mht!r} (only vanilla)")
         ids = self._field(k("dflash.target_layer_ids"))
         ids = [int(v) for v in (ids if isinstance(ids, list) else [ids])]
         has_w1, has_w2 = "dflash.dspark.markov.w1" in self.tensors, "dflash.dspark.markov.w2" in self.tensors

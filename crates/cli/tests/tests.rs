@@ -1293,3 +1293,95 @@ fn plain_dflash_drafter_without_heads() {
         stats.accepted
     );
 }
+
+/// Our drafter's first round (after a prefill) against the independent float64 numpy
+/// reference (`tests/reference/dspark_ref.py`): the anchor and drafted tokens exactly,
+/// the confidences within 1e-4, on synthetic Qwen3 + drafter pairs.
+#[test]
+fn drafter_matches_the_numpy_reference() {
+    use dspark_runtime::spec::argmax;
+    use dspark_runtime::{Drafter, Qwen3, Target};
+    let t = Tmp::new();
+    for seed in [5u64, 6] {
+        let dir = t.path(&format!("pair{seed}"));
+        assert_ok(&dspark(&[
+            "synth",
+            "--geometry",
+            "qwen3-tiny",
+            "--out",
+            s(&dir),
+            "--seed",
+            &seed.to_string(),
+            "-q",
+        ]));
+        let draft_path = dir.join("draft.gguf");
+        assert_ok(&dspark(&[
+            "convert",
+            s(&dir.join("draft")),
+            "-o",
+            s(&draft_path),
+            "-q",
+        ]));
+        let (tb, db) = (
+            fs::read(dir.join("target.gguf")).unwrap(),
+            fs::read(&draft_path).unwrap(),
+        );
+        let (tf, df) = (
+            dspark_gguf::GgufFile::parse(&tb).unwrap(),
+            dspark_gguf::GgufFile::parse(&db).unwrap(),
+        );
+        for prompt in [vec![7u32, 8, 9], vec![100, 200, 300, 400, 5, 6]] {
+            let mut target = Qwen3::load(&tf, 64).unwrap();
+            let mut drafter = Drafter::load(&df, 64).unwrap();
+            let f = target
+                .forward(&prompt, &drafter.config.target_layer_ids.clone())
+                .unwrap();
+            drafter.add_context(&f.captured).unwrap();
+            let vocab = target.vocab_size();
+            let anchor = argmax(&f.logits[f.logits.len() - vocab..]);
+            let ours = drafter.draft(&target, anchor).unwrap();
+
+            let out = t.path("ref.json");
+            let script =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/dspark_ref.py");
+            let p: Vec<String> = prompt.iter().map(|x| x.to_string()).collect();
+            let o = std::process::Command::new(
+                std::env::var("DSPARK_PYTHON").unwrap_or_else(|_| "python3".into()),
+            )
+            .arg(&script)
+            .arg(dir.join("target.gguf"))
+            .arg(&draft_path)
+            .args(["--prompt", &p.join(","), "--q8-activations", "--out"])
+            .arg(&out)
+            .output()
+            .expect("python (see README)");
+            assert!(
+                o.status.success(),
+                "reference failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let r: serde_json::Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
+            assert_eq!(r["anchor"], anchor, "seed {seed} prompt {prompt:?}");
+            let drafted: Vec<u32> = r["drafted"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            assert_eq!(ours.tokens, drafted, "seed {seed} prompt {prompt:?}");
+            let conf: Vec<f64> = r["confidences"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(ours.confidences.len(), conf.len());
+            for (a, b) in ours.confidences.iter().zip(&conf) {
+                assert!(
+                    (f64::from(*a) - b).abs() <= 1e-4,
+                    "seed {seed}: confidence {a} vs {b}"
+                );
+            }
+        }
+    }
+}
