@@ -10,9 +10,10 @@
 
 use dspark_gguf::{GgufFile, Value};
 use dspark_quant::gemm::{gemm, Matrix};
-use dspark_quant::ops::{rms_norm, silu, softmax, Rope, Yarn};
+use dspark_quant::ops::{Rope, Yarn};
 
 use crate::error::{Result, RuntimeError};
+use crate::layer::{attend, norm_rope_heads, norm_rows, DecoderLayer, Dims};
 use crate::target::Target;
 use crate::weights::Weights;
 
@@ -44,18 +45,10 @@ pub struct DraftConfig {
 }
 
 struct Layer<'a> {
-    attn_norm: Vec<f32>,
-    q: Matrix<'a>,
-    k: Matrix<'a>,
-    v: Matrix<'a>,
-    o: Matrix<'a>,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
-    ffn_norm: Vec<f32>,
-    gate: Matrix<'a>,
-    up: Matrix<'a>,
-    down: Matrix<'a>,
+    w: DecoderLayer<'a>,
+    /// Cached context keys, `[position][kv head][head_dim]`, post-norm and post-RoPE.
     k_cache: Vec<f32>,
+    /// Cached context values, same layout.
     v_cache: Vec<f32>,
 }
 
@@ -171,21 +164,17 @@ impl<'a> Drafter<'a> {
         };
         let n_cap = config.target_layer_ids.len();
         let kv = kv_heads * head_dim;
+        let dims = Dims {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+        };
         let mut blocks = Vec::with_capacity(layers);
         for i in 0..layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
             blocks.push(Layer {
-                attn_norm: w.vector(&n("attn_norm"), hidden)?,
-                q: w.matrix(&n("attn_q"), heads * head_dim, hidden)?,
-                k: w.matrix(&n("attn_k"), kv, hidden)?,
-                v: w.matrix(&n("attn_v"), kv, hidden)?,
-                o: w.matrix(&n("attn_output"), hidden, heads * head_dim)?,
-                q_norm: w.vector(&n("attn_q_norm"), head_dim)?,
-                k_norm: w.vector(&n("attn_k_norm"), head_dim)?,
-                ffn_norm: w.vector(&n("ffn_norm"), hidden)?,
-                gate: w.matrix(&n("ffn_gate"), ffn, hidden)?,
-                up: w.matrix(&n("ffn_up"), ffn, hidden)?,
-                down: w.matrix(&n("ffn_down"), hidden, ffn)?,
+                w: DecoderLayer::load(&w, i, dims)?,
                 k_cache: vec![0.0; max_context * kv],
                 v_cache: vec![0.0; max_context * kv],
             });
@@ -279,31 +268,18 @@ impl<'a> Drafter<'a> {
                 self.len, self.context
             )));
         }
-        let (h, hd, kvd) = (c.hidden, c.head_dim, c.kv_heads * c.head_dim);
+        let (h, kvd) = (c.hidden, c.kv_heads * c.head_dim);
         // 1. Fusion: c_p = RMSNorm_hidden(W_fc f_p).
         let mut fused = vec![0.0f32; n * h];
         gemm(&self.fc, features, &mut fused);
         let mut ctx = vec![0.0f32; n * h];
-        for (f, o) in fused.chunks_exact(h).zip(ctx.chunks_exact_mut(h)) {
-            rms_norm(f, &self.hidden_norm, c.eps, o);
-        }
+        norm_rows(&fused, &self.hidden_norm, c.eps, &mut ctx);
         // 2. Per layer: K/V of the context rows (no input norm), k_norm + RoPE, cached.
-        let (mut k, mut v, mut tmp) = (
-            vec![0.0f32; n * kvd],
-            vec![0.0f32; n * kvd],
-            vec![0.0f32; hd],
-        );
+        let (mut k, mut v) = (vec![0.0f32; n * kvd], vec![0.0f32; n * kvd]);
         for layer in &mut self.layers {
-            gemm(&layer.k, &ctx, &mut k);
-            gemm(&layer.v, &ctx, &mut v);
-            for t in 0..n {
-                let pos = (self.len + t) as u64;
-                for head in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                    tmp.copy_from_slice(head);
-                    rms_norm(&tmp, &layer.k_norm, c.eps, head);
-                    self.rope.apply(head, pos);
-                }
-            }
+            gemm(&layer.w.k, &ctx, &mut k);
+            gemm(&layer.w.v, &ctx, &mut v);
+            norm_rope_heads(&mut k, kvd, &layer.w.k_norm, c.eps, &self.rope, self.len);
             let at = self.len * kvd;
             layer.k_cache[at..at + n * kvd].copy_from_slice(&k);
             layer.v_cache[at..at + n * kvd].copy_from_slice(&v);
@@ -318,6 +294,13 @@ impl<'a> Drafter<'a> {
         let c = &self.config;
         let (b, h, hd) = (c.block_size, c.hidden, c.head_dim);
         let (qd, kvd, group) = (c.heads * hd, c.kv_heads * hd, c.heads / c.kv_heads);
+        let dims = Dims {
+            hidden: h,
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: hd,
+            ffn: c.ffn,
+        };
         let mut tokens = vec![c.mask_token_id; b];
         tokens[0] = anchor;
         let mut z = vec![0.0f32; b * h];
@@ -328,40 +311,20 @@ impl<'a> Drafter<'a> {
             vec![0.0f32; b * kvd],
             vec![0.0f32; b * kvd],
         );
-        let (mut attn, mut o, mut tmp) =
-            (vec![0.0f32; b * qd], vec![0.0f32; b * h], vec![0.0f32; hd]);
-        let (mut g, mut up, mut down) = (
-            vec![0.0f32; b * c.ffn],
-            vec![0.0f32; b * c.ffn],
-            vec![0.0f32; b * h],
-        );
-        let scale = 1.0 / (hd as f32).sqrt();
+        let mut attn = vec![0.0f32; b * qd];
         let mut scores = Vec::with_capacity(self.len + b);
         for layer in &self.layers {
-            for (zt, ut) in z.chunks_exact(h).zip(u.chunks_exact_mut(h)) {
-                rms_norm(zt, &layer.attn_norm, c.eps, ut);
-            }
-            gemm(&layer.q, &u, &mut q);
-            gemm(&layer.k, &u, &mut k);
-            gemm(&layer.v, &u, &mut v);
-            for t in 0..b {
-                let pos = (self.len + t) as u64;
-                for head in q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                    tmp.copy_from_slice(head);
-                    rms_norm(&tmp, &layer.q_norm, c.eps, head);
-                    self.rope.apply(head, pos);
-                }
-                for head in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                    tmp.copy_from_slice(head);
-                    rms_norm(&tmp, &layer.k_norm, c.eps, head);
-                    self.rope.apply(head, pos);
-                }
-            }
+            let lw = &layer.w;
+            norm_rows(&z, &lw.attn_norm, c.eps, &mut u);
+            gemm(&lw.q, &u, &mut q);
+            gemm(&lw.k, &u, &mut k);
+            gemm(&lw.v, &u, &mut v);
+            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, self.len);
+            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, self.len);
             // Keys: cached context (positions 0..len), then the whole block (no mask).
             for t in 0..b {
                 for head in 0..c.heads {
                     let kvh = head / group;
-                    let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
                     let key = |p: usize| -> &[f32] {
                         if p < self.len {
                             &layer.k_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]
@@ -370,47 +333,29 @@ impl<'a> Drafter<'a> {
                             &k[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]
                         }
                     };
-                    scores.clear();
-                    for p in 0..self.len + b {
-                        scores.push(qh.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * scale);
-                    }
-                    softmax(&mut scores);
-                    let out = &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd];
-                    out.fill(0.0);
-                    for (p, &s) in scores.iter().enumerate() {
-                        let vp = if p < self.len {
+                    let value = |p: usize| -> &[f32] {
+                        if p < self.len {
                             &layer.v_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]
                         } else {
                             let j = p - self.len;
                             &v[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]
-                        };
-                        for (o, &vv) in out.iter_mut().zip(vp) {
-                            *o += s * vv;
                         }
-                    }
+                    };
+                    attend(
+                        &q[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        self.len + b,
+                        key,
+                        value,
+                        &mut scores,
+                        &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd],
+                    );
                 }
             }
-            gemm(&layer.o, &attn, &mut o);
-            for (a, bb) in z.iter_mut().zip(&o) {
-                *a += bb;
-            }
-            for (zt, ut) in z.chunks_exact(h).zip(u.chunks_exact_mut(h)) {
-                rms_norm(zt, &layer.ffn_norm, c.eps, ut);
-            }
-            gemm(&layer.gate, &u, &mut g);
-            gemm(&layer.up, &u, &mut up);
-            for (a, bb) in g.iter_mut().zip(&up) {
-                *a = silu(*a) * bb;
-            }
-            gemm(&layer.down, &g, &mut down);
-            for (a, bb) in z.iter_mut().zip(&down) {
-                *a += bb;
-            }
+            lw.output_residual(&attn, &mut z);
+            lw.ffn_residual(&mut z, dims, c.eps);
         }
         // Final norm; the rows that predict drafts.
-        for (zt, ut) in z.chunks_exact(h).zip(u.chunks_exact_mut(h)) {
-            rms_norm(zt, &self.output_norm, c.eps, ut);
-        }
+        norm_rows(&z, &self.output_norm, c.eps, &mut u);
         let rows: Vec<usize> = if c.sample_from_anchor {
             (0..b).collect()
         } else {

@@ -14,6 +14,7 @@
 
 pub mod dspark;
 pub mod error;
+mod layer;
 pub mod qwen3;
 pub mod spec;
 pub mod synth;

@@ -11,9 +11,10 @@
 
 use dspark_gguf::GgufFile;
 use dspark_quant::gemm::{gemm, Matrix};
-use dspark_quant::ops::{rms_norm, silu, softmax, Rope};
+use dspark_quant::ops::Rope;
 
 use crate::error::{Result, RuntimeError};
+use crate::layer::{attend, norm_rope_heads, norm_rows, DecoderLayer, Dims};
 use crate::target::{Forward, Target};
 use crate::weights::Weights;
 
@@ -42,18 +43,20 @@ pub struct Qwen3Config {
     pub rope_theta: f32,
 }
 
+impl Qwen3Config {
+    fn dims(&self) -> Dims {
+        Dims {
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            ffn: self.ffn,
+        }
+    }
+}
+
 struct Layer<'a> {
-    attn_norm: Vec<f32>,
-    q: Matrix<'a>,
-    k: Matrix<'a>,
-    v: Matrix<'a>,
-    o: Matrix<'a>,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
-    ffn_norm: Vec<f32>,
-    gate: Matrix<'a>,
-    up: Matrix<'a>,
-    down: Matrix<'a>,
+    w: DecoderLayer<'a>,
     /// Cached keys, `[position][kv head][head_dim]`, post-norm and post-RoPE.
     k_cache: Vec<f32>,
     /// Cached values, same layout.
@@ -132,21 +135,11 @@ impl<'a> Qwen3<'a> {
             token_embd
         };
         let kv = c.kv_heads * c.head_dim;
+        let dims = c.dims();
         let mut blocks = Vec::with_capacity(layers);
         for i in 0..layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
             blocks.push(Layer {
-                attn_norm: w.vector(&n("attn_norm"), hidden)?,
-                q: w.matrix(&n("attn_q"), heads * head_dim, hidden)?,
-                k: w.matrix(&n("attn_k"), kv, hidden)?,
-                v: w.matrix(&n("attn_v"), kv, hidden)?,
-                o: w.matrix(&n("attn_output"), hidden, heads * head_dim)?,
-                q_norm: w.vector(&n("attn_q_norm"), head_dim)?,
-                k_norm: w.vector(&n("attn_k_norm"), head_dim)?,
-                ffn_norm: w.vector(&n("ffn_norm"), hidden)?,
-                gate: w.matrix(&n("ffn_gate"), ffn, hidden)?,
-                up: w.matrix(&n("ffn_up"), ffn, hidden)?,
-                down: w.matrix(&n("ffn_down"), hidden, ffn)?,
+                w: DecoderLayer::load(&w, i, dims)?,
                 k_cache: vec![0.0; c.context * kv],
                 v_cache: vec![0.0; c.context * kv],
             });
@@ -221,7 +214,6 @@ impl Target for Qwen3<'_> {
         }
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
         let group = c.heads / c.kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
         let mut x = vec![0.0f32; n * h];
         self.embed(tokens, &mut x)?;
         let mut captured = vec![0.0f32; n * capture.len() * h];
@@ -231,78 +223,39 @@ impl Target for Qwen3<'_> {
             vec![0.0f32; n * kvd],
             vec![0.0f32; n * kvd],
         );
-        let (mut attn, mut o) = (vec![0.0f32; n * qd], vec![0.0f32; n * h]);
-        let (mut g, mut up, mut down) = (
-            vec![0.0f32; n * c.ffn],
-            vec![0.0f32; n * c.ffn],
-            vec![0.0f32; n * h],
-        );
-        let mut tmp = vec![0.0f32; hd];
+        let mut attn = vec![0.0f32; n * qd];
+        let mut scores = Vec::with_capacity(p0 + n);
         for (li, layer) in self.layers.iter_mut().enumerate() {
-            // 1. Attention input norm, projections.
-            for (xt, nt) in x.chunks_exact(h).zip(normed.chunks_exact_mut(h)) {
-                rms_norm(xt, &layer.attn_norm, c.eps, nt);
-            }
-            gemm(&layer.q, &normed, &mut q);
-            gemm(&layer.k, &normed, &mut k);
-            gemm(&layer.v, &normed, &mut v);
-            // 2. Per-head norms and RoPE; keys and values into the cache.
+            let lw = &layer.w;
+            // 1. Attention input norm, projections, per-head norms and RoPE.
+            norm_rows(&x, &lw.attn_norm, c.eps, &mut normed);
+            gemm(&lw.q, &normed, &mut q);
+            gemm(&lw.k, &normed, &mut k);
+            gemm(&lw.v, &normed, &mut v);
+            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, p0);
+            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, p0);
+            // 2. Keys and values into the cache.
+            layer.k_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&k);
+            layer.v_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&v);
+            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t.
+            let (kc, vc) = (&layer.k_cache, &layer.v_cache);
             for t in 0..n {
-                let pos = (p0 + t) as u64;
-                for head in q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                    tmp.copy_from_slice(head);
-                    rms_norm(&tmp, &layer.q_norm, c.eps, head);
-                    self.rope.apply(head, pos);
-                }
-                for head in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                    tmp.copy_from_slice(head);
-                    rms_norm(&tmp, &layer.k_norm, c.eps, head);
-                    self.rope.apply(head, pos);
-                }
-                let at = (p0 + t) * kvd;
-                layer.k_cache[at..at + kvd].copy_from_slice(&k[t * kvd..(t + 1) * kvd]);
-                layer.v_cache[at..at + kvd].copy_from_slice(&v[t * kvd..(t + 1) * kvd]);
-            }
-            // 3. Causal GQA attention: position p reads keys 0..=p.
-            let mut scores = Vec::with_capacity(p0 + n);
-            for t in 0..n {
-                let visible = p0 + t + 1;
                 for head in 0..c.heads {
                     let kvh = head / group;
-                    let qh = &q[t * qd + head * hd..t * qd + (head + 1) * hd];
-                    scores.clear();
-                    for p in 0..visible {
-                        let kp = &layer.k_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                        scores.push(qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>() * scale);
-                    }
-                    softmax(&mut scores);
-                    let out = &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd];
-                    out.fill(0.0);
-                    for (p, &s) in scores.iter().enumerate() {
-                        let vp = &layer.v_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                        for (o, &vv) in out.iter_mut().zip(vp) {
-                            *o += s * vv;
-                        }
-                    }
+                    let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
+                    attend(
+                        &q[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        p0 + t + 1,
+                        |p| &kc[span(p)],
+                        |p| &vc[span(p)],
+                        &mut scores,
+                        &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd],
+                    );
                 }
             }
-            gemm(&layer.o, &attn, &mut o);
-            for (a, b) in x.iter_mut().zip(&o) {
-                *a += b;
-            }
+            lw.output_residual(&attn, &mut x);
             // 4. SwiGLU FFN.
-            for (xt, nt) in x.chunks_exact(h).zip(normed.chunks_exact_mut(h)) {
-                rms_norm(xt, &layer.ffn_norm, c.eps, nt);
-            }
-            gemm(&layer.gate, &normed, &mut g);
-            gemm(&layer.up, &normed, &mut up);
-            for (a, b) in g.iter_mut().zip(&up) {
-                *a = silu(*a) * b;
-            }
-            gemm(&layer.down, &g, &mut down);
-            for (a, b) in x.iter_mut().zip(&down) {
-                *a += b;
-            }
+            lw.ffn_residual(&mut x, c.dims(), c.eps);
             // 5. Capture: the residual stream after this layer, before the final norm.
             for (slot, _) in capture.iter().enumerate().filter(|(_, &l)| l == li) {
                 for t in 0..n {
@@ -311,9 +264,7 @@ impl Target for Qwen3<'_> {
                 }
             }
         }
-        for (xt, nt) in x.chunks_exact(h).zip(normed.chunks_exact_mut(h)) {
-            rms_norm(xt, &self.output_norm, c.eps, nt);
-        }
+        norm_rows(&x, &self.output_norm, c.eps, &mut normed);
         let mut logits = vec![0.0f32; n * c.vocab];
         gemm(&self.output, &normed, &mut logits);
         self.len = p0 + n;

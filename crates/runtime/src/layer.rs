@@ -1,0 +1,137 @@
+//! The Qwen3-style decoder layer both models are made of (`runtime-math.md` §1.4): its
+//! weights, and the steps target and drafter share. What differs — which keys a query
+//! sees, and where keys are cached — stays in each model.
+
+use dspark_quant::gemm::{gemm, Matrix};
+use dspark_quant::ops::{rms_norm, silu, softmax, Rope};
+
+use crate::error::Result;
+use crate::weights::Weights;
+
+/// Sizes of a decoder layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+}
+
+/// One layer's weights, by their GGUF names under `blk.{i}.`.
+pub(crate) struct DecoderLayer<'a> {
+    pub attn_norm: Vec<f32>,
+    pub q: Matrix<'a>,
+    pub k: Matrix<'a>,
+    pub v: Matrix<'a>,
+    pub o: Matrix<'a>,
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: Matrix<'a>,
+    pub up: Matrix<'a>,
+    pub down: Matrix<'a>,
+}
+
+impl<'a> DecoderLayer<'a> {
+    /// Loads `blk.{i}.*`, checking every type and shape.
+    pub fn load(w: &Weights<'a>, i: usize, d: Dims) -> Result<DecoderLayer<'a>> {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        Ok(DecoderLayer {
+            attn_norm: w.vector(&n("attn_norm"), d.hidden)?,
+            q: w.matrix(&n("attn_q"), q, d.hidden)?,
+            k: w.matrix(&n("attn_k"), kv, d.hidden)?,
+            v: w.matrix(&n("attn_v"), kv, d.hidden)?,
+            o: w.matrix(&n("attn_output"), d.hidden, q)?,
+            q_norm: w.vector(&n("attn_q_norm"), d.head_dim)?,
+            k_norm: w.vector(&n("attn_k_norm"), d.head_dim)?,
+            ffn_norm: w.vector(&n("ffn_norm"), d.hidden)?,
+            gate: w.matrix(&n("ffn_gate"), d.ffn, d.hidden)?,
+            up: w.matrix(&n("ffn_up"), d.ffn, d.hidden)?,
+            down: w.matrix(&n("ffn_down"), d.hidden, d.ffn)?,
+        })
+    }
+
+    /// `x += W_down(SiLU(W_gate y) ⊙ W_up y)` with `y = RMSNorm(x, ffn_norm)`, per row.
+    pub fn ffn_residual(&self, x: &mut [f32], d: Dims, eps: f32) {
+        let n = x.len() / d.hidden;
+        let mut y = vec![0.0f32; x.len()];
+        norm_rows(x, &self.ffn_norm, eps, &mut y);
+        let (mut g, mut up, mut down) = (
+            vec![0.0f32; n * d.ffn],
+            vec![0.0f32; n * d.ffn],
+            vec![0.0f32; x.len()],
+        );
+        gemm(&self.gate, &y, &mut g);
+        gemm(&self.up, &y, &mut up);
+        for (a, b) in g.iter_mut().zip(&up) {
+            *a = silu(*a) * b;
+        }
+        gemm(&self.down, &g, &mut down);
+        for (a, b) in x.iter_mut().zip(&down) {
+            *a += b;
+        }
+    }
+
+    /// `x += W_o · attn`, per row.
+    pub fn output_residual(&self, attn: &[f32], x: &mut [f32]) {
+        let mut o = vec![0.0f32; x.len()];
+        gemm(&self.o, attn, &mut o);
+        for (a, b) in x.iter_mut().zip(&o) {
+            *a += b;
+        }
+    }
+}
+
+/// RMSNorm of each `w.len()`-wide row of `x` into `out`.
+pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    for (xt, ot) in x.chunks_exact(w.len()).zip(out.chunks_exact_mut(w.len())) {
+        rms_norm(xt, w, eps, ot);
+    }
+}
+
+/// Per-head RMSNorm then RoPE, in place: `x` holds rows of `heads × head_dim`, row `t` at
+/// position `first_pos + t`.
+pub(crate) fn norm_rope_heads(
+    x: &mut [f32],
+    row: usize,
+    norm: &[f32],
+    eps: f32,
+    rope: &Rope,
+    first_pos: usize,
+) {
+    let hd = norm.len();
+    let mut tmp = vec![0.0f32; hd];
+    for (t, r) in x.chunks_exact_mut(row).enumerate() {
+        for head in r.chunks_exact_mut(hd) {
+            tmp.copy_from_slice(head);
+            rms_norm(&tmp, norm, eps, head);
+            rope.apply(head, (first_pos + t) as u64);
+        }
+    }
+}
+
+/// One query head attending over `n_keys` keys: `out = Σ softmax(q·k_p / sqrt(d)) v_p`,
+/// keys in position order (so the result does not depend on batching).
+pub(crate) fn attend<'k>(
+    q: &[f32],
+    n_keys: usize,
+    key: impl Fn(usize) -> &'k [f32],
+    value: impl Fn(usize) -> &'k [f32],
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let scale = 1.0 / (q.len() as f32).sqrt();
+    scores.clear();
+    for p in 0..n_keys {
+        scores.push(q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * scale);
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (p, &s) in scores.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(value(p)) {
+            *o += s * v;
+        }
+    }
+}
