@@ -994,28 +994,7 @@ fn speculative_greedy_equals_target_only_greedy() {
     let t = Tmp::new();
     for seed in [0u64, 1, 2] {
         let dir = t.path(&format!("pair{seed}"));
-        assert_ok(&dspark(&[
-            "synth",
-            "--geometry",
-            "qwen3-tiny",
-            "--out",
-            s(&dir),
-            "--seed",
-            &seed.to_string(),
-            "-q",
-        ]));
-        let draft_path = dir.join("draft.gguf");
-        assert_ok(&dspark(&[
-            "convert",
-            s(&dir.join("draft")),
-            "-o",
-            s(&draft_path),
-            "-q",
-        ]));
-        let (tb, db) = (
-            fs::read(dir.join("target.gguf")).unwrap(),
-            fs::read(&draft_path).unwrap(),
-        );
+        let (tb, db) = qwen3_pair(&dir, seed);
         let (tf, df) = (
             dspark_gguf::GgufFile::parse(&tb).unwrap(),
             dspark_gguf::GgufFile::parse(&db).unwrap(),
@@ -1304,28 +1283,8 @@ fn drafter_matches_the_numpy_reference() {
     let t = Tmp::new();
     for seed in [5u64, 6] {
         let dir = t.path(&format!("pair{seed}"));
-        assert_ok(&dspark(&[
-            "synth",
-            "--geometry",
-            "qwen3-tiny",
-            "--out",
-            s(&dir),
-            "--seed",
-            &seed.to_string(),
-            "-q",
-        ]));
+        let (tb, db) = qwen3_pair(&dir, seed);
         let draft_path = dir.join("draft.gguf");
-        assert_ok(&dspark(&[
-            "convert",
-            s(&dir.join("draft")),
-            "-o",
-            s(&draft_path),
-            "-q",
-        ]));
-        let (tb, db) = (
-            fs::read(dir.join("target.gguf")).unwrap(),
-            fs::read(&draft_path).unwrap(),
-        );
         let (tf, df) = (
             dspark_gguf::GgufFile::parse(&tb).unwrap(),
             dspark_gguf::GgufFile::parse(&db).unwrap(),

@@ -62,6 +62,33 @@ pub fn convert_and_prove(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
     report
 }
 
+/// `synth --geometry qwen3-tiny` into `dir` and the drafter converted to
+/// `dir/draft.gguf`; returns the target's and the drafter's GGUF bytes.
+pub fn qwen3_pair(dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "qwen3-tiny",
+        "--out",
+        s(dir),
+        "--seed",
+        &seed.to_string(),
+        "-q",
+    ]));
+    let draft = dir.join("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&dir.join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    (
+        fs::read(dir.join("target.gguf")).unwrap(),
+        fs::read(&draft).unwrap(),
+    )
+}
+
 pub fn synth_tiny(dir: &Path, seed: u64) -> PathBuf {
     assert_ok(&dspark(&[
         "synth",
