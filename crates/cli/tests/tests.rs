@@ -953,14 +953,7 @@ fn special_files_are_refused_without_blocking() {
 fn synth_target_and_drafter_pair() {
     let t = Tmp::new();
     let dir = t.path("pair");
-    assert_ok(&dspark(&[
-        "synth",
-        "--geometry",
-        "qwen3-tiny",
-        "--out",
-        s(&dir),
-        "-q",
-    ]));
+    synth_qwen3(&dir, 0);
     let o = dspark(&["inspect", s(&dir.join("target.gguf")), "--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -1037,24 +1030,8 @@ fn speculative_greedy_equals_target_only_greedy() {
 fn generate_with_and_without_draft() {
     let t = Tmp::new();
     let dir = t.path("pair");
-    assert_ok(&dspark(&[
-        "synth",
-        "--geometry",
-        "qwen3-tiny",
-        "--out",
-        s(&dir),
-        "--seed",
-        "3",
-        "-q",
-    ]));
+    qwen3_pair(&dir, 3);
     let draft = dir.join("draft.gguf");
-    assert_ok(&dspark(&[
-        "convert",
-        s(&dir.join("draft")),
-        "-o",
-        s(&draft),
-        "-q",
-    ]));
     let target = dir.join("target.gguf");
     let trace = t.path("trace.jsonl");
     let plain = dspark(&[
@@ -1217,16 +1194,7 @@ fn plain_dflash_drafter_without_heads() {
     use dspark_runtime::{Drafter, Qwen3};
     let t = Tmp::new();
     let dir = t.path("pair");
-    assert_ok(&dspark(&[
-        "synth",
-        "--geometry",
-        "qwen3-tiny",
-        "--out",
-        s(&dir),
-        "--seed",
-        "4",
-        "-q",
-    ]));
+    synth_qwen3(&dir, 4);
     let src = dir.join("draft");
     let st = src.join("model.safetensors");
     let kept: Vec<StTensor> = read_safetensors(&st)

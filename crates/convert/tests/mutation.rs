@@ -25,18 +25,8 @@ fn seed(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// splitmix64, so the flips are the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+/// SplitMix64, so the flips are the same on every run.
+use dspark_quant::rng::SplitMix64 as Rng;
 
 /// Every truncation, then `flips` mutants: single bit flips, random bytes, and 8-byte
 /// fields overwritten with extreme values (counts, lengths, dims, offsets).
@@ -58,12 +48,12 @@ fn mutants(valid: &[u8], flips: usize, seed: u64, mut check: impl FnMut(&[u8])) 
     let mut m = valid.to_vec();
     for i in 0..flips {
         m.copy_from_slice(valid);
-        let pos = (rng.next() % valid.len() as u64) as usize;
+        let pos = (rng.next_u64() % valid.len() as u64) as usize;
         match i % 3 {
-            0 => m[pos] ^= 1 << (rng.next() % 8),
-            1 => m[pos] = rng.next() as u8,
+            0 => m[pos] ^= 1 << (rng.next_u64() % 8),
+            1 => m[pos] = rng.next_u64() as u8,
             _ => {
-                let v = extremes[(rng.next() % extremes.len() as u64) as usize].to_le_bytes();
+                let v = extremes[(rng.next_u64() % extremes.len() as u64) as usize].to_le_bytes();
                 let end = (pos + 8).min(m.len());
                 m[pos..end].copy_from_slice(&v[..end - pos]);
             }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{info, kv, s};
+use common::{info, kv, raw_file, s};
 
 use std::path::PathBuf;
 
@@ -21,23 +21,10 @@ fn file(
     infos: &[Vec<u8>],
     data_len: usize,
 ) -> Vec<u8> {
-    let (nt, nk) = counts.unwrap_or((infos.len() as u64, kvs.len() as u64 + 1));
-    let mut b = b"GGUF".to_vec();
-    b.extend_from_slice(&3u32.to_le_bytes());
-    b.extend_from_slice(&nt.to_le_bytes());
-    b.extend_from_slice(&nk.to_le_bytes());
-    b.extend_from_slice(&kv("general.architecture", 8, &s("dflash-draft")));
-    for k in kvs {
-        b.extend_from_slice(k);
-    }
-    for i in infos {
-        b.extend_from_slice(i);
-    }
-    while !b.len().is_multiple_of(32) {
-        b.push(0);
-    }
-    b.resize(b.len() + data_len, 0);
-    b
+    let mut all = vec![kv("general.architecture", 8, &s("dflash-draft"))];
+    all.extend_from_slice(kvs);
+    let counts = counts.unwrap_or((infos.len() as u64, all.len() as u64));
+    raw_file(counts, &all, infos, data_len)
 }
 
 fn u32b(x: u32) -> Vec<u8> {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{info, kv};
+use common::{info, kv, raw_file};
 
 use dspark_gguf::{Array, GgmlType, GgufError, GgufFile, Header, Malformed, TensorInfo, Value};
 use proptest::prelude::*;
@@ -113,21 +113,7 @@ fn trailing_bytes() {
 /// Builds a file by hand from raw KV and tensor-info bytes, for cases the header builder
 /// refuses to write.
 fn raw(kvs: &[Vec<u8>], infos: &[Vec<u8>], data_len: usize) -> Vec<u8> {
-    let mut b = b"GGUF".to_vec();
-    b.extend_from_slice(&3u32.to_le_bytes());
-    b.extend_from_slice(&(infos.len() as u64).to_le_bytes());
-    b.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
-    for k in kvs {
-        b.extend_from_slice(k);
-    }
-    for i in infos {
-        b.extend_from_slice(i);
-    }
-    while !b.len().is_multiple_of(32) {
-        b.push(0);
-    }
-    b.extend(std::iter::repeat_n(0u8, data_len));
-    b
+    raw_file((infos.len() as u64, kvs.len() as u64), kvs, infos, data_len)
 }
 
 /// A UINT32 key/value whose 2-byte key is `a` followed by the invalid byte 0xff.

@@ -35,6 +35,7 @@ pub mod float;
 pub mod gemm;
 pub mod ops;
 pub mod q8_0;
+pub mod rng;
 
 pub use error::ErrorSums;
 pub use float::SourceDtype;

@@ -2,34 +2,14 @@
 
 use crate::{error, q8_0, Kernels};
 
-/// Deterministic test input without a dependency: splitmix64.
-struct Rng(u64);
+use crate::rng::SplitMix64 as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Roughly N(0, 1) by summing uniforms.
-    fn normal(&mut self) -> f32 {
-        (0..4)
-            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
-            .sum::<f32>()
-            * 1.7
-            - 3.4
-    }
-
-    /// Any finite f32 bit pattern.
-    fn any_finite(&mut self) -> f32 {
-        loop {
-            let x = f32::from_bits(self.next() as u32);
-            if x.is_finite() {
-                return x;
-            }
+/// Any finite f32 bit pattern.
+fn any_finite(rng: &mut Rng) -> f32 {
+    loop {
+        let x = f32::from_bits(rng.next_u64() as u32);
+        if x.is_finite() {
+            return x;
         }
     }
 }
@@ -135,7 +115,7 @@ fn quantize_matches_reference_on_random_blocks() {
     for k in fast_kernels() {
         let x: Vec<f32> = (0..32 * 4096).map(|_| rng.normal() * 0.02).collect();
         check_quantize(&k, &x);
-        let x: Vec<f32> = (0..32 * 4096).map(|_| rng.any_finite()).collect();
+        let x: Vec<f32> = (0..32 * 4096).map(|_| any_finite(&mut rng)).collect();
         check_quantize(&k, &x);
         // BF16-valued input, as converted from checkpoints.
         let x: Vec<f32> = (0..32 * 4096)

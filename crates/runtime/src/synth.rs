@@ -3,6 +3,7 @@
 
 use dspark_gguf::{GgmlType, Header, TensorInfo, Value};
 use dspark_quant::q8_0::quantize_ref;
+use dspark_quant::rng::SplitMix64;
 
 /// The shape of a synthetic Qwen3 target.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,27 +74,6 @@ impl Qwen3Geometry {
     }
 }
 
-/// splitmix64 → roughly N(0, 1) by summing uniforms: cheap, portable, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn normal(&mut self) -> f32 {
-        (0..4)
-            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
-            .sum::<f32>()
-            * 1.7
-            - 3.4
-    }
-}
-
 /// The whole GGUF file of a random Qwen3 target; `ty` is the matrices' type (Q8_0 or F32).
 pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
     assert!(
@@ -155,7 +135,7 @@ pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
     if g.untied_output {
         tensors.push(("output.weight".into(), g.vocab, g.hidden, false));
     }
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut blobs = Vec::with_capacity(tensors.len());
     for (name, rows, cols, is_norm) in &tensors {
         let values: Vec<f32> = (0..rows * cols)

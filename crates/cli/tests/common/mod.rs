@@ -62,9 +62,8 @@ pub fn convert_and_prove(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
     report
 }
 
-/// `synth --geometry qwen3-tiny` into `dir` and the drafter converted to
-/// `dir/draft.gguf`; returns the target's and the drafter's GGUF bytes.
-pub fn qwen3_pair(dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
+/// `synth --geometry qwen3-tiny --seed seed` into `dir` (`target.gguf`, `draft/`).
+pub fn synth_qwen3(dir: &Path, seed: u64) {
     assert_ok(&dspark(&[
         "synth",
         "--geometry",
@@ -75,6 +74,12 @@ pub fn qwen3_pair(dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
         &seed.to_string(),
         "-q",
     ]));
+}
+
+/// [`synth_qwen3`], then the drafter converted to `dir/draft.gguf`; returns the target's
+/// and the drafter's GGUF bytes.
+pub fn qwen3_pair(dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    synth_qwen3(dir, seed);
     let draft = dir.join("draft.gguf");
     assert_ok(&dspark(&[
         "convert",

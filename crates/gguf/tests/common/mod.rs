@@ -28,3 +28,25 @@ pub fn info(name: &str, dims: &[u64], ty: u32, offset: u64) -> Vec<u8> {
     v.extend_from_slice(&offset.to_le_bytes());
     v
 }
+
+/// A whole file from raw records: the given header counts (which may lie), the KV and
+/// tensor-info records, zero padding to 32, then `data_len` zero bytes of data.
+pub fn raw_file(
+    counts: (u64, u64),
+    kvs: &[Vec<u8>],
+    infos: &[Vec<u8>],
+    data_len: usize,
+) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&counts.0.to_le_bytes());
+    b.extend_from_slice(&counts.1.to_le_bytes());
+    for r in kvs.iter().chain(infos) {
+        b.extend_from_slice(r);
+    }
+    while !b.len().is_multiple_of(32) {
+        b.push(0);
+    }
+    b.resize(b.len() + data_len, 0);
+    b
+}
