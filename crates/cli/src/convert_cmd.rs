@@ -13,7 +13,7 @@ use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::synth::{write_synth, SynthGeometry};
 use dspark_convert::write::write_gguf;
-use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry};
+use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry, SynthVocab};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{Outcome, CANCEL};
@@ -413,7 +413,8 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 }
 
 /// `synth --geometry qwen3-*`: `DIR/target.gguf` (random Qwen3, Q8_0 matrices) and
-/// `DIR/draft/` (a DSpark drafter checkpoint that fits it).
+/// `DIR/draft/` (a DSpark drafter checkpoint that fits it), with `DIR/tokenizer.json` for
+/// the target's synthetic vocabulary.
 fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("{}: cannot create", a.out.display()))?;
@@ -424,6 +425,12 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
         .with_context(|| format!("{}: cannot write", target.display()))?;
     tmp.persist(&target)
         .with_context(|| format!("{}: cannot move into place", target.display()))?;
+    let tokenizer = a.out.join("tokenizer.json");
+    let mut tmp = temp_in(&a.out, "tokenizer.json")?;
+    serde_json::to_writer(&mut tmp, &SynthVocab::new(t.vocab).tokenizer_json())
+        .with_context(|| format!("{}: cannot write", tokenizer.display()))?;
+    tmp.persist(&tokenizer)
+        .with_context(|| format!("{}: cannot move into place", tokenizer.display()))?;
     let d = SynthGeometry::for_target(
         "draft",
         t.hidden as u64,
@@ -440,7 +447,7 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
     })?;
     if !a.quiet {
         println!(
-            "{}: target.gguf ({} layers, hidden {}, vocabulary {}) and draft/ (captures {:?}, {} parameters), seed {}",
+            "{}: target.gguf ({} layers, hidden {}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
             a.out.display(),
             t.layers,
             t.hidden,

@@ -1,11 +1,11 @@
 //! `dspark generate`: greedy decoding with a Qwen3 target, speculative with a drafter.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use dspark_gguf::GgufFile;
+use dspark_gguf::{GgufFile, Value};
 use dspark_runtime::spec::{greedy_timed, speculative_traced, Round, Stats};
 use dspark_runtime::{Drafter, Qwen3};
 use serde_json::json;
@@ -22,14 +22,29 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Prompt as comma-separated token ids.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "prompt",
+        conflicts_with = "prompt"
+    )]
     pub prompt_tokens: Vec<u32>,
+    /// Prompt as text, encoded with --tokenizer (no special tokens are added).
+    #[arg(long, requires = "tokenizer")]
+    pub prompt: Option<String>,
+    /// A Hugging Face tokenizer.json: encodes --prompt and decodes the output to text.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Tokens to generate at most.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// Stop tokens (comma-separated ids); generation ends after the first one.
+    /// Stop tokens (comma-separated ids); generation ends after the first one. The target's
+    /// end-of-sequence token (`tokenizer.ggml.eos_token_id`) is one unless --ignore-eos.
     #[arg(long, value_delimiter = ',')]
     pub stop: Vec<u32>,
+    /// Do not stop at the target's end-of-sequence token.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -56,7 +71,24 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         (Some(b), Some(p)) => Some(GgufFile::parse(b).with_context(|| format!("{}", p.display()))?),
         _ => None,
     };
-    let context = a.prompt_tokens.len() + a.max_tokens + 64;
+    let tokenizer = match &a.tokenizer {
+        Some(p) => Some(Tokenizer::load(p)?),
+        None => None,
+    };
+    let prompt = match (&a.prompt, &tokenizer) {
+        (Some(text), Some(tok)) => tok.encode(text)?,
+        _ => a.prompt_tokens.clone(),
+    };
+    if prompt.is_empty() {
+        bail!("the prompt is empty: generation needs at least one token");
+    }
+    let mut stop = a.stop.clone();
+    if !a.ignore_eos {
+        if let Some(Value::U32(eos)) = tfile.get("tokenizer.ggml.eos_token_id") {
+            stop.push(*eos);
+        }
+    }
+    let context = prompt.len() + a.max_tokens + 64;
     let mut target =
         Qwen3::load(&tfile, context).with_context(|| format!("{}", a.target.display()))?;
     let mut trace = match &a.trace {
@@ -67,7 +99,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     };
     let mut trace_err = None;
     let (tokens, stats) = match &dfile {
-        None => greedy_timed(&mut target, &a.prompt_tokens, a.max_tokens, &a.stop)?,
+        None => greedy_timed(&mut target, &prompt, a.max_tokens, &stop)?,
         Some(f) => {
             let draft_path = a.draft.as_deref().unwrap_or(std::path::Path::new("draft"));
             let mut drafter =
@@ -87,9 +119,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             speculative_traced(
                 &mut target,
                 &mut drafter,
-                &a.prompt_tokens,
+                &prompt,
                 a.max_tokens,
-                &a.stop,
+                &stop,
                 &mut on_round,
             )?
         }
@@ -103,10 +135,22 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         return Err(e).context("cannot write the trace");
     }
     let doc = stats_json(&tokens, &stats);
+    let text = match &tokenizer {
+        Some(t) => Some(t.decode(&tokens)?),
+        None => None,
+    };
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{}", json!({"tokens": tokens, "stats": doc}))?;
+        let mut obj = json!({"tokens": tokens, "stats": doc});
+        if let Some(text) = text {
+            obj["prompt_tokens"] = json!(prompt);
+            obj["text"] = json!(text);
+        }
+        writeln!(out, "{obj}")?;
     } else {
+        if let Some(text) = text {
+            writeln!(out, "{text}")?;
+        }
         let ids: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
         writeln!(out, "{}", ids.join(" "))?;
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -128,4 +172,63 @@ fn stats_json(tokens: &[u32], s: &Stats) -> serde_json::Value {
         "tokens_per_second": tokens.len() as f64 / total.max(1e-9),
         "seconds": { "total": total, "target": s.target_time.as_secs_f64(), "drafter": s.draft_time.as_secs_f64(), "bookkeeping": bookkeeping },
     })
+}
+
+/// A Hugging Face `tokenizer.json`, with errors that name the file.
+struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    path: PathBuf,
+}
+
+/// Larger tokenizer files are refused before parsing (real ones are a few MB).
+const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
+impl Tokenizer {
+    fn load(path: &Path) -> Result<Tokenizer> {
+        let bytes = read_capped(path, MAX_TOKENIZER_BYTES)?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| anyhow!("{}: not a Hugging Face tokenizer.json: {e}", path.display()))?;
+        Ok(Tokenizer {
+            inner,
+            path: path.to_owned(),
+        })
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| anyhow!("{}: cannot encode the prompt: {e}", self.path.display()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| anyhow!("{}: cannot decode the output: {e}", self.path.display()))
+    }
+}
+
+/// Reads a whole regular file of at most `cap` bytes.
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file", path.display());
+    }
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if bytes.len() as u64 > cap {
+        bail!(
+            "{}: larger than {} MiB; not a tokenizer.json",
+            path.display(),
+            cap >> 20
+        );
+    }
+    Ok(bytes)
 }

@@ -1312,3 +1312,178 @@ fn drafter_matches_the_numpy_reference() {
         }
     }
 }
+
+/// GPT-2's byte-level alphabet, inverted (written here from its definition, apart from
+/// the crate's): character → byte.
+fn byte_of_char(c: char) -> Option<u8> {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        let ch = if printable(b) {
+            char::from(b)
+        } else {
+            next += 1;
+            char::from_u32(next - 1).unwrap()
+        };
+        if ch == c {
+            return Some(b);
+        }
+    }
+    None
+}
+
+/// `--prompt TEXT --tokenizer tokenizer.json`: the synthetic target's tokenizer.json and its
+/// GGUF vocabulary agree; the prompt's ids spell the prompt in the GGUF's token strings; the
+/// printed text is the output ids' bytes; with and without `--draft` the same; and the
+/// same tokens as `--prompt-tokens` with those ids.
+#[test]
+fn generate_with_a_text_prompt() {
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    qwen3_pair(&dir, 4);
+    let target = dir.join("target.gguf");
+    let tok_path = dir.join("tokenizer.json");
+    let tbytes = fs::read(&target).unwrap();
+    let tf = dspark_gguf::GgufFile::parse(&tbytes).unwrap();
+    let Some(dspark_gguf::Value::Array(dspark_gguf::Array::String(strings))) =
+        tf.get("tokenizer.ggml.tokens")
+    else {
+        panic!("target.gguf has no tokenizer.ggml.tokens");
+    };
+    assert_eq!(strings.len(), 512);
+    let tok = tokenizers::Tokenizer::from_file(&tok_path).unwrap();
+    for (id, s) in strings.iter().enumerate() {
+        assert_eq!(tok.token_to_id(s), Some(id as u32), "token {id} {s:?}");
+    }
+    let bytes_of = |ids: &[serde_json::Value]| -> Vec<u8> {
+        ids.iter()
+            .flat_map(|v| strings[v.as_u64().unwrap() as usize].chars())
+            .map(|c| byte_of_char(c).unwrap())
+            .collect()
+    };
+
+    let prompt = "the zebra quietly jumps, 42 times!\nhi";
+    let run = |draft: bool| -> serde_json::Value {
+        let mut args = vec!["generate", "--target", s(&target)];
+        let d = dir.join("draft.gguf");
+        if draft {
+            args.extend(["--draft", s(&d)]);
+        }
+        args.extend([
+            "--prompt",
+            prompt,
+            "--tokenizer",
+            s(&tok_path),
+            "--max-tokens",
+            "24",
+            "--ignore-eos",
+            "--json",
+        ]);
+        let o = dspark(&args);
+        assert_ok(&o);
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (plain, spec) = (run(false), run(true));
+    assert_eq!(plain["tokens"], spec["tokens"]);
+    assert_eq!(plain["text"], spec["text"]);
+    let ids = plain["prompt_tokens"].as_array().unwrap();
+    assert_eq!(bytes_of(ids), prompt.as_bytes());
+    assert!(ids.len() < prompt.len(), "merges apply: {ids:?}");
+    let out = plain["tokens"].as_array().unwrap();
+    assert_eq!(out.len(), 24);
+    assert_eq!(
+        plain["text"].as_str().unwrap(),
+        String::from_utf8_lossy(&bytes_of(out))
+    );
+    let list: Vec<String> = ids.iter().map(|v| v.to_string()).collect();
+    let by_ids = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--prompt-tokens",
+        &list.join(","),
+        "--max-tokens",
+        "24",
+        "--ignore-eos",
+        "--json",
+    ]);
+    assert_ok(&by_ids);
+    let v: serde_json::Value = serde_json::from_slice(&by_ids.stdout).unwrap();
+    assert_eq!(v["tokens"], plain["tokens"]);
+
+    // Misuse and bad files fail cleanly, naming the file.
+    let o = dspark(&["generate", "--target", s(&target), "--prompt", "hi"]);
+    assert_eq!(o.status.code(), Some(2), "--prompt needs --tokenizer");
+    let junk = t.path("junk.json");
+    fs::write(&junk, b"{\"version\": 3}").unwrap();
+    let o = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--prompt",
+        "hi",
+        "--tokenizer",
+        s(&junk),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("junk.json") && err.contains("tokenizer.json"),
+        "{err}"
+    );
+    let o = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--prompt",
+        "",
+        "--tokenizer",
+        s(&tok_path),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("prompt is empty"));
+}
+
+/// Generation stops at the target's end-of-sequence token unless `--ignore-eos`.
+#[test]
+fn generate_stops_at_the_targets_eos() {
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    qwen3_pair(&dir, 5);
+    let target = dir.join("target.gguf");
+    let gen = |extra: &[&str]| -> Vec<u64> {
+        let mut args = vec![
+            "generate",
+            "--target",
+            s(&target),
+            "--prompt-tokens",
+            "3,1,4,1,5",
+            "--max-tokens",
+            "40",
+            "--json",
+        ];
+        args.extend(extra);
+        let o = dspark(&args);
+        assert_ok(&o);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let free = gen(&["--ignore-eos"]);
+    assert_eq!(free.len(), 40);
+    // Make one of the generated tokens the end of sequence by rewriting the GGUF key.
+    let eos = free[6];
+    let first = free.iter().position(|&x| x == eos).unwrap();
+    let mut bytes = fs::read(&target).unwrap();
+    let key = b"tokenizer.ggml.eos_token_id";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(&bytes[at..at + 4], &4u32.to_le_bytes(), "value type UINT32");
+    bytes[at + 4..at + 8].copy_from_slice(&(eos as u32).to_le_bytes());
+    fs::write(&target, &bytes).unwrap();
+    assert_eq!(gen(&[]), free[..=first].to_vec());
+    assert_eq!(gen(&["--ignore-eos"]), free);
+}

@@ -1,7 +1,7 @@
 //! Random-weight Qwen3 targets in llama.cpp's `qwen3` GGUF layout, deterministic from a
 //! seed, for tests and benchmarks. Matrices are Q8_0 (or F32), norms F32 near 1.
 
-use dspark_gguf::{GgmlType, Header, TensorInfo, Value};
+use dspark_gguf::{Array, GgmlType, Header, TensorInfo, Value};
 use dspark_quant::q8_0::quantize_ref;
 use dspark_quant::rng::SplitMix64;
 
@@ -110,6 +110,9 @@ pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
         "qwen3.attention.layer_norm_rms_epsilon",
         Value::F32(1e-6),
     );
+    for (k, v) in SynthVocab::new(g.vocab).gguf_metadata() {
+        kv(&mut h, k, v);
+    }
 
     // (name, rows, cols, is_norm) in llama.cpp's order.
     let mut tensors: Vec<(String, usize, usize, bool)> =
@@ -174,4 +177,150 @@ pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
     let mut out = Vec::new();
     h.write_file(&mut out, &refs).expect("writing to memory");
     out
+}
+
+/// The byte-level BPE vocabulary of a synthetic target, written both as llama.cpp's
+/// `tokenizer.ggml.*` metadata (so llama.cpp loads the GGUF) and as a Hugging Face
+/// `tokenizer.json` (so `dspark generate --prompt` can encode text for it). The two
+/// describe the same tokenizer: ids 0–255 are the 256 bytes in GPT-2's byte-to-character
+/// mapping, then a few hundred merges of letters, then unreachable filler tokens `<tN>`,
+/// and three control tokens at the end (`<|endoftext|>`, `<|im_start|>`, `<|im_end|>`,
+/// as in Qwen3; `<|im_end|>` is end of sequence).
+#[derive(Clone, Debug)]
+pub struct SynthVocab {
+    /// Token strings by id (byte-level characters).
+    pub tokens: Vec<String>,
+    /// `"left right"` pairs, highest priority first.
+    pub merges: Vec<String>,
+    /// Id of `<|endoftext|>` (beginning of sequence and padding).
+    pub bos: u32,
+    /// Id of `<|im_end|>` (end of sequence).
+    pub eos: u32,
+}
+
+/// Qwen2/Qwen3's pre-tokenizer split pattern (the regex in their `tokenizer.json`).
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF `token_type` of an ordinary token and of a control token.
+const NORMAL: i32 = 1;
+const CONTROL: i32 = 3;
+
+/// GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the others
+/// (controls, space, DEL, NBSP, soft hyphen…) for code points from U+0100 up, in order.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).expect("U+0100..U+0143 are characters")
+}
+
+impl SynthVocab {
+    /// The vocabulary of `size` tokens (at least 259).
+    ///
+    /// # Panics
+    /// If `size < 259`.
+    pub fn new(size: usize) -> SynthVocab {
+        assert!(
+            size >= 259,
+            "a synthetic vocabulary needs 256 bytes and 3 control tokens"
+        );
+        let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+        let space = byte_char(b' ').to_string();
+        let letters: Vec<String> = ('a'..='z').map(String::from).collect();
+        // Merge candidates, highest priority first: " x", "xy", " xy".
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        pairs.extend(letters.iter().map(|l| (space.clone(), l.clone())));
+        for a in &letters {
+            pairs.extend(letters.iter().map(|b| (a.clone(), b.clone())));
+        }
+        for a in &letters {
+            pairs.extend(letters.iter().map(|b| (format!("{space}{a}"), b.clone())));
+        }
+        let room = size - 256 - 3;
+        let merges: Vec<String> = pairs
+            .iter()
+            .take(room)
+            .map(|(a, b)| {
+                tokens.push(format!("{a}{b}"));
+                format!("{a} {b}")
+            })
+            .collect();
+        while tokens.len() < size - 3 {
+            tokens.push(format!("<t{}>", tokens.len()));
+        }
+        let bos = tokens.len() as u32;
+        tokens.extend(["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from));
+        SynthVocab {
+            tokens,
+            merges,
+            bos,
+            eos: bos + 2,
+        }
+    }
+
+    fn is_control(&self, id: usize) -> bool {
+        id >= self.bos as usize
+    }
+
+    /// llama.cpp's `tokenizer.ggml.*` keys for this vocabulary (model `gpt2`, pre-tokenizer
+    /// `qwen2`).
+    pub fn gguf_metadata(&self) -> Vec<(&'static str, Value)> {
+        let types = (0..self.tokens.len())
+            .map(|i| if self.is_control(i) { CONTROL } else { NORMAL })
+            .collect();
+        vec![
+            ("tokenizer.ggml.model", Value::String("gpt2".into())),
+            ("tokenizer.ggml.pre", Value::String("qwen2".into())),
+            (
+                "tokenizer.ggml.tokens",
+                Value::Array(Array::String(self.tokens.clone())),
+            ),
+            ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
+            (
+                "tokenizer.ggml.merges",
+                Value::Array(Array::String(self.merges.clone())),
+            ),
+            ("tokenizer.ggml.eos_token_id", Value::U32(self.eos)),
+            ("tokenizer.ggml.padding_token_id", Value::U32(self.bos)),
+            ("tokenizer.ggml.bos_token_id", Value::U32(self.bos)),
+            ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+        ]
+    }
+
+    /// The same tokenizer as a Hugging Face `tokenizer.json` document (BPE over Qwen2's
+    /// split pattern and the byte-level alphabet, control tokens as special added tokens).
+    pub fn tokenizer_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let vocab: serde_json::Map<String, serde_json::Value> = self
+            .tokens
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !self.is_control(i))
+            .map(|(i, t)| (t.clone(), json!(i)))
+            .collect();
+        let added: Vec<serde_json::Value> = (self.bos as usize..self.tokens.len())
+            .map(|i| {
+                json!({"id": i, "content": self.tokens[i], "single_word": false, "lstrip": false,
+                       "rstrip": false, "normalized": false, "special": true})
+            })
+            .collect();
+        json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            ]},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                      "ignore_merges": false, "vocab": vocab, "merges": self.merges},
+        })
+    }
 }
