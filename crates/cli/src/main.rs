@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 failure (bad input, a verification mismatch, an I/O error);
 //! 2 bad command-line usage; 130 interrupted. A broken pipe on stdout exits 0.
 
+mod bench_cmd;
 mod convert_cmd;
 mod generate_cmd;
 mod inspect_cmd;
@@ -41,6 +42,8 @@ enum Command {
     Synth(convert_cmd::SynthArgs),
     /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy, lossless).
     Generate(generate_cmd::GenerateArgs),
+    /// Time decode, verify and draft steps against the memory-bandwidth bound.
+    Bench(bench_cmd::BenchArgs),
 }
 
 /// Most worker threads a command starts, whatever `--threads` says.
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => verify_cmd::run(a),
         Command::Synth(a) => convert_cmd::run_synth(a),
         Command::Generate(a) => generate_cmd::run(a),
+        Command::Bench(a) => bench_cmd::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -8,8 +8,8 @@
 //! needs to be lossless against target-only decoding with the same code.
 //!
 //! Q8_0 weights multiply Q8_0 activations (each column is quantized once with
-//! [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul): per block an exact
-//! integer dot, scaled by `d_w · d_x`. Plain weights multiply f32 activations. The AVX2 row
+//! [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul; see [`Columns`]): per
+//! block an exact integer dot, scaled by `d_w · d_x`. Plain weights multiply f32 activations. The AVX2 row
 //! kernel (in `gemm/x86_64.rs`) sums in a different order than the scalar reference here,
 //! so they agree within [`DOT_TOLERANCE`] of `Σ|w·x|`, not bit for bit. It processes a few
 //! columns per pass over a row, with per-column work identical to a single column's.
@@ -17,14 +17,11 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::q8_0::{quantize_ref, BLOCK_BYTES, QK8_0};
+use crate::q8_0::{BLOCK_BYTES, QK8_0};
 
 /// Relative tolerance between a fast dot product and its scalar reference, as a fraction
 /// of `Σ |w_k · x_k|` (f32 accumulation over up to ~10^5 terms in different orders).
 pub const DOT_TOLERANCE: f32 = 1e-5;
-
-/// Rows handed to one task when splitting across threads.
-const ROWS_PER_TASK: usize = 16;
 
 /// Storage type of a weight matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +72,8 @@ impl<'a> Matrix<'a> {
         })
     }
 
-    fn row(&self, r: usize) -> &'a [u8] {
+    /// Row `r`'s bytes.
+    pub fn row(&self, r: usize) -> &'a [u8] {
         let n = self.ty.row_bytes(self.cols);
         &self.data[r * n..(r + 1) * n]
     }
@@ -98,54 +96,112 @@ impl Matrix<'_> {
     }
 }
 
-/// One row · n columns: `(type, row, x: n columns of cols f32, xq: their Q8_0 blocks
-/// (Q8_0 rows only), cols, out: n results)`.
-pub type RowKernel = fn(WeightType, &[u8], &[f32], &[u8], usize, &mut [f32]);
+/// Activation columns prepared for one weight type: the f32 values, and for Q8_0 weights
+/// each column's Q8_0 blocks split into f32 scales and i8 quants (quantized once with
+/// [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul).
+#[derive(Clone, Debug)]
+pub struct Columns<'x> {
+    x: &'x [f32],
+    len: usize,
+    n: usize,
+    d: Vec<f32>,
+    qs: Vec<i8>,
+}
 
-/// The scalar row kernel: [`dot_ref`] for each column.
-pub fn row_ref(ty: WeightType, row: &[u8], x: &[f32], xq: &[u8], cols: usize, out: &mut [f32]) {
-    let qbytes = row.len();
-    for (c, o) in out.iter_mut().enumerate() {
-        let xqc = if ty == WeightType::Q8_0 {
-            &xq[c * qbytes..(c + 1) * qbytes]
-        } else {
-            &[][..]
-        };
-        *o = dot_ref(ty, row, &x[c * cols..(c + 1) * cols], xqc);
+impl<'x> Columns<'x> {
+    /// `x` as columns of `len` values, with Q8_0 blocks when `ty` is Q8_0.
+    ///
+    /// # Panics
+    /// If `x` is not whole columns, or (Q8_0) `len` is not a multiple of 32.
+    pub fn new(ty: WeightType, x: &'x [f32], len: usize) -> Columns<'x> {
+        assert!(
+            len > 0 && x.len().is_multiple_of(len),
+            "x must hold whole columns of {len}"
+        );
+        let n = x.len() / len;
+        let (mut d, mut qs) = (Vec::new(), Vec::new());
+        if ty == WeightType::Q8_0 {
+            assert!(len.is_multiple_of(QK8_0), "Q8_0 columns are whole blocks");
+            let blocks = x.len() / QK8_0;
+            d.reserve_exact(blocks);
+            qs.reserve_exact(blocks * QK8_0);
+            let mut block = [0u8; BLOCK_BYTES];
+            for xb in x.chunks_exact(QK8_0) {
+                crate::q8_0::quantize_block_ref(xb, &mut block);
+                d.push(f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
+                qs.extend(block[2..].iter().map(|&b| b as i8));
+            }
+        }
+        Columns { x, len, n, d, qs }
+    }
+
+    /// Number of columns.
+    pub fn count(&self) -> usize {
+        self.n
+    }
+
+    /// Column `c` as f32.
+    pub fn f32(&self, c: usize) -> &'x [f32] {
+        &self.x[c * self.len..(c + 1) * self.len]
+    }
+
+    /// Column `c` as Q8_0: per-block scales and the quants (empty unless prepared for Q8_0).
+    pub fn q8(&self, c: usize) -> (&[f32], &[i8]) {
+        let nb = self.len / QK8_0;
+        (
+            &self.d[c * nb..(c + 1) * nb],
+            &self.qs[c * nb * QK8_0..(c + 1) * nb * QK8_0],
+        )
     }
 }
 
-/// Scalar reference of one row · one column (`xq` is the column's Q8_0 blocks, used for
-/// Q8_0 rows; `x` the f32 column, used otherwise).
-pub fn dot_ref(ty: WeightType, row: &[u8], x: &[f32], xq: &[u8]) -> f32 {
+/// Rows `first..first + k` of a matrix · every column, into `out` (`k × columns`,
+/// row-major): `(matrix, first, columns, out)`.
+pub type RowKernel = fn(&Matrix<'_>, usize, &Columns<'_>, &mut [f32]);
+
+/// The scalar row kernel: [`dot_ref`] for each row and column.
+pub fn row_ref(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
+    let n = x.count();
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        for (c, o) in row_out.iter_mut().enumerate() {
+            *o = dot_ref(w.ty, w.row(first + i), x, c);
+        }
+    }
+}
+
+/// Scalar reference of one row · column `c` (Q8_0 rows use the column's Q8_0 blocks,
+/// other rows its f32 values).
+pub fn dot_ref(ty: WeightType, row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    let xf = x.f32(c);
     match ty {
         WeightType::F32 => row
             .chunks_exact(4)
-            .zip(x)
+            .zip(xf)
             .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
             .sum(),
         WeightType::F16 => row
             .chunks_exact(2)
-            .zip(x)
+            .zip(xf)
             .map(|(b, &v)| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
             .sum(),
         WeightType::BF16 => row
             .chunks_exact(2)
-            .zip(x)
+            .zip(xf)
             .map(|(b, &v)| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
             .sum(),
         WeightType::Q8_0 => {
+            let (xd, xq) = x.q8(c);
             let mut acc = 0.0f32;
-            for (wb, xb) in row
+            for ((wb, &dx), qx) in row
                 .chunks_exact(BLOCK_BYTES)
-                .zip(xq.chunks_exact(BLOCK_BYTES))
+                .zip(xd)
+                .zip(xq.chunks_exact(QK8_0))
             {
                 let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
-                let dx = f16::from_bits(u16::from_le_bytes([xb[0], xb[1]])).to_f32();
                 let isum: i32 = wb[2..]
                     .iter()
-                    .zip(&xb[2..])
-                    .map(|(&a, &b)| i32::from(a as i8) * i32::from(b as i8))
+                    .zip(qx)
+                    .map(|(&a, &b)| i32::from(a as i8) * i32::from(b))
                     .sum();
                 acc += dw * dx * isum as f32;
             }
@@ -154,47 +210,79 @@ pub fn dot_ref(ty: WeightType, row: &[u8], x: &[f32], xq: &[u8]) -> f32 {
     }
 }
 
+/// Rows per task when splitting `rows` rows across threads: about eight tasks per
+/// thread (for balance), never fewer than 16 rows (for overhead).
+fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(8 * rayon::current_num_threads()).max(16)
+}
+
 /// `y[c * w.rows + r] = Σ_k W[r][k] · x[c * w.cols + k]` for each of the `x.len() / w.cols`
 /// columns, with `kernel` for every element, on the current rayon pool.
 ///
 /// # Panics
 /// If `x` is not whole columns or `y` is not `columns × rows`.
 pub fn gemm_with(kernel: RowKernel, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
+    gemm_many_with(kernel, &[w], x, &mut [y]);
+}
+
+/// Several matrices of the same type and input size times the same columns, in one
+/// parallel pass (one activation preparation, one fork-join): `ys[i] = ws[i] · x`, each
+/// as [`gemm_with`] would compute it, bit for bit.
+///
+/// # Panics
+/// If the matrices differ in type or input size, `x` is not whole columns, or a `ys[i]` is
+/// not `columns × ws[i].rows`.
+pub fn gemm_many_with(kernel: RowKernel, ws: &[&Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), ys.len(), "one output per matrix");
+    let Some(first) = ws.first() else { return };
     assert!(
-        w.cols > 0 && x.len().is_multiple_of(w.cols),
-        "x must hold whole columns of {}",
-        w.cols
+        ws.iter().all(|w| w.ty == first.ty && w.cols == first.cols),
+        "matrices of one call share type and input size"
     );
-    let n = x.len() / w.cols;
-    assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
-    // Q8_0 weights take each column as Q8_0 blocks, quantized once here.
-    let qbytes = w.ty.row_bytes(w.cols);
-    let xq: Vec<u8> = if w.ty == WeightType::Q8_0 {
-        let mut q = vec![0u8; n * qbytes];
-        for (xc, qc) in x.chunks_exact(w.cols).zip(q.chunks_exact_mut(qbytes)) {
-            quantize_ref(xc, qc);
-        }
-        q
-    } else {
-        Vec::new()
-    };
-    // Compute row-major into a scratch (rows × n), so each task owns whole rows, then
-    // transpose into the column-major output.
-    let mut scratch = vec![0.0f32; w.rows * n];
-    scratch
-        .par_chunks_mut(ROWS_PER_TASK * n)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * ROWS_PER_TASK;
-            for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
-                kernel(w.ty, w.row(first + i), x, &xq, w.cols, row_out);
-            }
-        });
-    for r in 0..w.rows {
-        for c in 0..n {
-            y[c * w.rows + r] = scratch[r * n + c];
+    let x = Columns::new(first.ty, x, first.cols);
+    let n = x.count();
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
+    }
+    let per = rows_per_task(ws.iter().map(|w| w.rows).sum());
+    // A task: rows first..first + k of one matrix, and those rows' slots in each of the n
+    // column-major output columns.
+    let mut tasks: Vec<(&Matrix<'_>, usize, Vec<&mut [f32]>)> = Vec::new();
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        let mut columns: Vec<_> = y
+            .chunks_mut(w.rows)
+            .map(|col| col.chunks_mut(per))
+            .collect();
+        for t in 0..w.rows.div_ceil(per) {
+            let pieces = columns
+                .iter_mut()
+                .map(|col| col.next().expect("every column has rows / per pieces"))
+                .collect();
+            tasks.push((w, t * per, pieces));
         }
     }
+    tasks
+        .into_par_iter()
+        .for_each_init(Vec::new, |buf, (w, first, mut pieces)| {
+            if n == 1 {
+                kernel(w, first, &x, pieces[0]);
+                return;
+            }
+            // The kernel writes rows × columns; scatter into the columns.
+            let k = pieces[0].len();
+            buf.resize(k * n, 0.0);
+            kernel(w, first, &x, &mut buf[..k * n]);
+            for (c, piece) in pieces.iter_mut().enumerate() {
+                for (r, o) in piece.iter_mut().enumerate() {
+                    *o = buf[r * n + c];
+                }
+            }
+        });
+}
+
+/// [`gemm_many_with`] using the fastest row kernel this CPU has.
+pub fn gemm_many(ws: &[&Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
+    gemm_many_with(crate::kernels().dot, ws, x, ys)
 }
 
 /// [`gemm_with`] using the fastest row kernel this CPU has.

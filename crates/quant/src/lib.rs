@@ -87,9 +87,9 @@ impl Kernels {
                         // SAFETY: this table is built only after AVX2 was detected.
                         unsafe { error::x86_64::error_sums_avx2(x, y) }
                     },
-                    dot: |ty, row, x, xq, cols, out| {
+                    dot: |w, first, x, out| {
                         // SAFETY: this table is built only after AVX2, FMA and F16C were detected.
-                        unsafe { gemm::x86_64::row_avx2(ty, row, x, xq, cols, out) }
+                        unsafe { gemm::x86_64::rows_avx2(w, first, x, out) }
                     },
                 });
             }

@@ -114,13 +114,33 @@ impl Rope {
     /// i with i + r/2). Angles are computed in f64, then cos/sin cast to f32: for positions
     /// near 10^6, f32 angles (HF's choice) lose several digits — a deliberate deviation.
     pub fn apply(&self, x: &mut [f32], pos: u64) {
+        let mut table = vec![0.0f32; self.dim];
+        self.angles(pos, &mut table);
+        self.apply_angles(x, &table);
+    }
+
+    /// The rotation of position `pos` as `dim` values: `r/2` cosines then `r/2` sines
+    /// (scaled by the YaRN attention factor), for [`Rope::apply_angles`]. Computing it once
+    /// per position and applying it to every head gives the same bits as [`Rope::apply`].
+    pub fn angles(&self, pos: u64, out: &mut [f32]) {
+        assert_eq!(out.len(), self.dim, "table size");
+        let (cos, sin) = out.split_at_mut(self.dim / 2);
+        for (i, &w) in self.freqs.iter().enumerate() {
+            let (s, c) = (pos as f64 * w).sin_cos();
+            cos[i] = (c * self.mscale) as f32;
+            sin[i] = (s * self.mscale) as f32;
+        }
+    }
+
+    /// Rotates one head vector in place by a table from [`Rope::angles`].
+    pub fn apply_angles(&self, x: &mut [f32], table: &[f32]) {
         assert_eq!(x.len(), self.dim, "head size");
+        assert_eq!(table.len(), self.dim, "table size");
         let half = self.dim / 2;
         let (a, b) = x.split_at_mut(half);
-        for (i, &w) in self.freqs.iter().enumerate() {
-            let phi = pos as f64 * w;
-            let (s, c) = phi.sin_cos();
-            let (c, s) = ((c * self.mscale) as f32, (s * self.mscale) as f32);
+        let (cos, sin) = table.split_at(half);
+        for i in 0..half {
+            let (c, s) = (cos[i], sin[i]);
             let (ai, bi) = (a[i], b[i]);
             a[i] = ai * c - bi * s;
             b[i] = bi * c + ai * s;

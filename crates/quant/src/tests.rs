@@ -224,7 +224,7 @@ fn relative_rmse_of_q8_0_on_gaussian_weights_is_about_half_a_percent() {
 
 mod gemm {
     use super::{fast_kernels, Rng};
-    use crate::gemm::{dot_ref, gemm_with, Matrix, WeightType, DOT_TOLERANCE};
+    use crate::gemm::{dot_ref, gemm_with, Columns, Matrix, WeightType, DOT_TOLERANCE};
     use crate::q8_0::quantize_ref;
 
     const TYPES: [WeightType; 4] = [
@@ -261,21 +261,19 @@ mod gemm {
         for k in fast_kernels() {
             for ty in TYPES {
                 let sizes: Vec<usize> = if ty == WeightType::Q8_0 {
-                    vec![32, 64, 96, 4096, 14336]
+                    vec![32, 64, 96, 256, 288, 544, 4096, 14336]
                 } else {
                     (1..70).chain([4096, 14337]).collect()
                 };
                 for cols in sizes {
                     let w = matrix(ty, 1, cols, &mut rng);
+                    let m = Matrix::new(ty, 1, cols, &w).unwrap();
                     let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
-                    let mut xq = vec![0u8; WeightType::Q8_0.row_bytes(cols.div_ceil(32) * 32)];
-                    if ty == WeightType::Q8_0 {
-                        quantize_ref(&x, &mut xq);
-                    }
+                    let xc = Columns::new(ty, &x, cols);
                     let mut f = [0.0f32];
-                    (k.dot)(ty, &w, &x, &xq, cols, &mut f);
+                    (k.dot)(&m, 0, &xc, &mut f);
                     let f = f[0];
-                    let r = dot_ref(ty, &w, &x, &xq);
+                    let r = dot_ref(ty, &w, &xc, 0);
                     let scale: f32 = x.iter().map(|v| v.abs()).sum::<f32>() * 0.25 + 1.0;
                     assert!(
                         (f - r).abs() <= DOT_TOLERANCE * scale,
@@ -292,7 +290,7 @@ mod gemm {
     #[test]
     fn batched_columns_equal_single_columns_bit_for_bit() {
         let mut rng = Rng(5);
-        let (rows, cols) = (37, 256);
+        let (rows, cols) = (37, 288);
         for k in fast_kernels() {
             for ty in TYPES {
                 let data = matrix(ty, rows, cols, &mut rng);

@@ -8,12 +8,16 @@
 //! both draft-row conventions, §1.8 base logits through the target's LM head, §3.1 the
 //! greedy Markov chain seeded with the anchor and §3.3 the confidence head.
 
+use std::time::{Duration, Instant};
+
 use dspark_gguf::{GgufFile, Value};
 use dspark_quant::gemm::{gemm, Matrix};
 use dspark_quant::ops::{Rope, Yarn};
 
 use crate::error::{Result, RuntimeError};
-use crate::layer::{attend, norm_rope_heads, norm_rows, DecoderLayer, Dims};
+use rayon::prelude::*;
+
+use crate::layer::{attend, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
 use crate::target::Target;
 use crate::weights::Weights;
 
@@ -69,6 +73,19 @@ pub struct Draft {
     pub tokens: Vec<u32>,
     /// Per draft, the confidence head's acceptance probability (empty without the head).
     pub confidences: Vec<f32>,
+    /// Where the drafting time went.
+    pub times: DraftTimes,
+}
+
+/// Wall time of the phases of one [`Drafter::draft`] call.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DraftTimes {
+    /// Embedding, decoder layers and the final norm.
+    pub layers: Duration,
+    /// The target's LM head on the draft rows.
+    pub lm_head: Duration,
+    /// Markov chain, confidence head and argmax.
+    pub heads: Duration,
 }
 
 /// A drafter borrowing its weights from a parsed GGUF.
@@ -276,10 +293,11 @@ impl<'a> Drafter<'a> {
         norm_rows(&fused, &self.hidden_norm, c.eps, &mut ctx);
         // 2. Per layer: K/V of the context rows (no input norm), k_norm + RoPE, cached.
         let (mut k, mut v) = (vec![0.0f32; n * kvd], vec![0.0f32; n * kvd]);
+        let tables = rope_tables(&self.rope, self.len, n, c.head_dim);
         for layer in &mut self.layers {
             gemm(&layer.w.k, &ctx, &mut k);
             gemm(&layer.w.v, &ctx, &mut v);
-            norm_rope_heads(&mut k, kvd, &layer.w.k_norm, c.eps, &self.rope, self.len);
+            norm_rope_heads(&mut k, kvd, &layer.w.k_norm, c.eps, &self.rope, &tables);
             let at = self.len * kvd;
             layer.k_cache[at..at + n * kvd].copy_from_slice(&k);
             layer.v_cache[at..at + n * kvd].copy_from_slice(&v);
@@ -301,6 +319,7 @@ impl<'a> Drafter<'a> {
             head_dim: hd,
             ffn: c.ffn,
         };
+        let started = Instant::now();
         let mut tokens = vec![c.mask_token_id; b];
         tokens[0] = anchor;
         let mut z = vec![0.0f32; b * h];
@@ -312,19 +331,21 @@ impl<'a> Drafter<'a> {
             vec![0.0f32; b * kvd],
         );
         let mut attn = vec![0.0f32; b * qd];
-        let mut scores = Vec::with_capacity(self.len + b);
+        let tables = rope_tables(&self.rope, self.len, b, hd);
         for layer in &self.layers {
             let lw = &layer.w;
             norm_rows(&z, &lw.attn_norm, c.eps, &mut u);
-            gemm(&lw.q, &u, &mut q);
-            gemm(&lw.k, &u, &mut k);
-            gemm(&lw.v, &u, &mut v);
-            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, self.len);
-            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, self.len);
+            lw.qkv(&u, &mut q, &mut k, &mut v);
+            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, &tables);
+            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, &tables);
             // Keys: cached context (positions 0..len), then the whole block (no mask).
-            for t in 0..b {
-                for head in 0..c.heads {
-                    let kvh = head / group;
+            // Heads run in parallel; each one's arithmetic is the same whatever runs beside it.
+            let (k, v) = (&k, &v);
+            let q = &q;
+            attn.par_chunks_mut(hd).enumerate().for_each_init(
+                || Vec::with_capacity(self.len + b),
+                |scores, (i, out)| {
+                    let kvh = (i % c.heads) / group;
                     let key = |p: usize| -> &[f32] {
                         if p < self.len {
                             &layer.k_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]
@@ -342,15 +363,15 @@ impl<'a> Drafter<'a> {
                         }
                     };
                     attend(
-                        &q[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        &q[i * hd..(i + 1) * hd],
                         self.len + b,
                         key,
                         value,
-                        &mut scores,
-                        &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        scores,
+                        out,
                     );
-                }
-            }
+                },
+            );
             lw.output_residual(&attn, &mut z);
             lw.ffn_residual(&mut z, dims, c.eps);
         }
@@ -367,7 +388,9 @@ impl<'a> Drafter<'a> {
             .collect();
         let vocab = target.vocab_size();
         let mut logits = vec![0.0f32; rows.len() * vocab];
+        let layers_done = Instant::now();
         target.lm_head(&hidden, &mut logits);
+        let head_done = Instant::now();
         // Markov chain (greedy), seeded with the anchor; confidence per draft.
         let mut drafted = Vec::with_capacity(rows.len());
         let mut confidences = Vec::new();
@@ -406,6 +429,11 @@ impl<'a> Drafter<'a> {
         Ok(Draft {
             tokens: drafted,
             confidences,
+            times: DraftTimes {
+                layers: layers_done - started,
+                lm_head: head_done - layers_done,
+                heads: head_done.elapsed(),
+            },
         })
     }
 }

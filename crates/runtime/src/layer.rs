@@ -2,7 +2,7 @@
 //! weights, and the steps target and drafter share. What differs — which keys a query
 //! sees, and where keys are cached — stays in each model.
 
-use dspark_quant::gemm::{gemm, Matrix};
+use dspark_quant::gemm::{gemm, gemm_many, Matrix};
 use dspark_quant::ops::{rms_norm, silu, softmax, Rope};
 
 use crate::error::Result;
@@ -63,14 +63,29 @@ impl<'a> DecoderLayer<'a> {
             vec![0.0f32; n * d.ffn],
             vec![0.0f32; x.len()],
         );
-        gemm(&self.gate, &y, &mut g);
-        gemm(&self.up, &y, &mut up);
+        if self.gate.ty == self.up.ty {
+            gemm_many(&[&self.gate, &self.up], &y, &mut [&mut g, &mut up]);
+        } else {
+            gemm(&self.gate, &y, &mut g);
+            gemm(&self.up, &y, &mut up);
+        }
         for (a, b) in g.iter_mut().zip(&up) {
             *a = silu(*a) * b;
         }
         gemm(&self.down, &g, &mut down);
         for (a, b) in x.iter_mut().zip(&down) {
             *a += b;
+        }
+    }
+
+    /// `q, k, v = W_q u, W_k u, W_v u`, per row, in one parallel pass.
+    pub fn qkv(&self, u: &[f32], q: &mut [f32], k: &mut [f32], v: &mut [f32]) {
+        if self.q.ty == self.k.ty && self.k.ty == self.v.ty {
+            gemm_many(&[&self.q, &self.k, &self.v], u, &mut [q, k, v]);
+        } else {
+            gemm(&self.q, u, q);
+            gemm(&self.k, u, k);
+            gemm(&self.v, u, v);
         }
     }
 
@@ -91,23 +106,32 @@ pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Per-head RMSNorm then RoPE, in place: `x` holds rows of `heads × head_dim`, row `t` at
-/// position `first_pos + t`.
+/// RoPE tables ([`Rope::angles`]) of positions `first..first + n`, one row each.
+pub(crate) fn rope_tables(rope: &Rope, first: usize, n: usize, head_dim: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; n * head_dim];
+    for (i, row) in t.chunks_exact_mut(head_dim).enumerate() {
+        rope.angles((first + i) as u64, row);
+    }
+    t
+}
+
+/// Per-head RMSNorm then RoPE, in place: `x` holds rows of `heads × head_dim`, row `t`
+/// rotated by row `t` of `tables` (from [`rope_tables`]).
 pub(crate) fn norm_rope_heads(
     x: &mut [f32],
     row: usize,
     norm: &[f32],
     eps: f32,
     rope: &Rope,
-    first_pos: usize,
+    tables: &[f32],
 ) {
     let hd = norm.len();
     let mut tmp = vec![0.0f32; hd];
-    for (t, r) in x.chunks_exact_mut(row).enumerate() {
+    for (r, table) in x.chunks_exact_mut(row).zip(tables.chunks_exact(hd)) {
         for head in r.chunks_exact_mut(hd) {
             tmp.copy_from_slice(head);
             rms_norm(&tmp, norm, eps, head);
-            rope.apply(head, (first_pos + t) as u64);
+            rope.apply_angles(head, table);
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod synth;
 pub mod target;
 pub mod weights;
 
-pub use dspark::{Draft, DraftConfig, Drafter};
+pub use dspark::{Draft, DraftConfig, DraftTimes, Drafter};
 pub use error::{Result, RuntimeError};
 pub use qwen3::{Qwen3, Qwen3Config};
 pub use target::{Forward, Target};

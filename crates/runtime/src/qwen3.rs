@@ -14,7 +14,9 @@ use dspark_quant::gemm::{gemm, Matrix};
 use dspark_quant::ops::Rope;
 
 use crate::error::{Result, RuntimeError};
-use crate::layer::{attend, norm_rope_heads, norm_rows, DecoderLayer, Dims};
+use rayon::prelude::*;
+
+use crate::layer::{attend, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
 use crate::target::{Forward, Target};
 use crate::weights::Weights;
 
@@ -224,35 +226,37 @@ impl Target for Qwen3<'_> {
             vec![0.0f32; n * kvd],
         );
         let mut attn = vec![0.0f32; n * qd];
-        let mut scores = Vec::with_capacity(p0 + n);
+        let tables = rope_tables(&self.rope, p0, n, hd);
         for (li, layer) in self.layers.iter_mut().enumerate() {
             let lw = &layer.w;
             // 1. Attention input norm, projections, per-head norms and RoPE.
             norm_rows(&x, &lw.attn_norm, c.eps, &mut normed);
-            gemm(&lw.q, &normed, &mut q);
-            gemm(&lw.k, &normed, &mut k);
-            gemm(&lw.v, &normed, &mut v);
-            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, p0);
-            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, p0);
+            lw.qkv(&normed, &mut q, &mut k, &mut v);
+            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, &tables);
+            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, &tables);
             // 2. Keys and values into the cache.
             layer.k_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&k);
             layer.v_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&v);
-            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t.
+            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t. Heads run in
+            //    parallel; each one's arithmetic is the same whatever runs beside it.
             let (kc, vc) = (&layer.k_cache, &layer.v_cache);
-            for t in 0..n {
-                for head in 0..c.heads {
+            let q = &q;
+            attn.par_chunks_mut(hd).enumerate().for_each_init(
+                || Vec::with_capacity(p0 + n),
+                |scores, (i, out)| {
+                    let (t, head) = (i / c.heads, i % c.heads);
                     let kvh = head / group;
                     let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
                     attend(
-                        &q[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        &q[i * hd..(i + 1) * hd],
                         p0 + t + 1,
                         |p| &kc[span(p)],
                         |p| &vc[span(p)],
-                        &mut scores,
-                        &mut attn[t * qd + head * hd..t * qd + (head + 1) * hd],
+                        scores,
+                        out,
                     );
-                }
-            }
+                },
+            );
             lw.output_residual(&attn, &mut x);
             // 4. SwiGLU FFN.
             lw.ffn_residual(&mut x, c.dims(), c.eps);
