@@ -106,6 +106,11 @@ pub struct Columns<'x> {
     n: usize,
     d: Vec<f32>,
     qs: Vec<i8>,
+    /// The quants of each whole group of eight blocks, transposed in 32-bit groups:
+    /// 32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8.
+    qt: Vec<i8>,
+    /// Per block in those groups: `-128 · Σ q` (for kernels that multiply `w + 128`).
+    bsum: Vec<i32>,
 }
 
 impl<'x> Columns<'x> {
@@ -120,6 +125,7 @@ impl<'x> Columns<'x> {
         );
         let n = x.len() / len;
         let (mut d, mut qs) = (Vec::new(), Vec::new());
+        let (mut qt, mut bsum) = (Vec::new(), Vec::new());
         if ty == WeightType::Q8_0 {
             assert!(len.is_multiple_of(QK8_0), "Q8_0 columns are whole blocks");
             let blocks = x.len() / QK8_0;
@@ -131,8 +137,31 @@ impl<'x> Columns<'x> {
                 d.push(f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
                 qs.extend(block[2..].iter().map(|&b| b as i8));
             }
+            let nb = len / QK8_0;
+            let full = nb / 8 * 8;
+            qt.resize(n * full * QK8_0, 0);
+            bsum.resize(n * full, 0);
+            for c in 0..n {
+                for b in 0..full {
+                    let src = &qs[(c * nb + b) * QK8_0..(c * nb + b + 1) * QK8_0];
+                    bsum[c * full + b] = -128 * src.iter().map(|&v| i32::from(v)).sum::<i32>();
+                    let (group, lane) = (b / 8, b % 8);
+                    for k in 0..8 {
+                        let at = (c * full + group * 8) * QK8_0 + 32 * k + 4 * lane;
+                        qt[at..at + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
+                    }
+                }
+            }
         }
-        Columns { x, len, n, d, qs }
+        Columns {
+            x,
+            len,
+            n,
+            d,
+            qs,
+            qt,
+            bsum,
+        }
     }
 
     /// Number of columns.
@@ -151,6 +180,16 @@ impl<'x> Columns<'x> {
         (
             &self.d[c * nb..(c + 1) * nb],
             &self.qs[c * nb * QK8_0..(c + 1) * nb * QK8_0],
+        )
+    }
+
+    /// Column `c`'s whole groups of eight blocks with their quants transposed in 32-bit
+    /// groups, and `-128 · Σ q` per block of those groups.
+    pub fn q8_transposed(&self, c: usize) -> (&[i8], &[i32]) {
+        let full = self.len / QK8_0 / 8 * 8;
+        (
+            &self.qt[c * full * QK8_0..(c + 1) * full * QK8_0],
+            &self.bsum[c * full..(c + 1) * full],
         )
     }
 }

@@ -43,7 +43,7 @@ pub use float::SourceDtype;
 /// The implementation of each op chosen for this CPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
-    /// Which instruction set the kernels use (`"avx2"` or `"scalar"`).
+    /// Which instruction set the kernels use (`"avx512vnni"`, `"avx2"` or `"scalar"`).
     pub isa: &'static str,
     /// Q8_0 quantization, identical in bytes to [`q8_0::quantize_ref`].
     pub quantize_q8_0: fn(&[f32], &mut [u8]),
@@ -64,6 +64,29 @@ impl Kernels {
         error_sums: error::error_sums_ref,
         dot: gemm::row_ref,
     };
+
+    /// The AVX2 kernels with the AVX-512 VNNI Q8_0 row kernel for several columns (the
+    /// same bits as the AVX2 one), or `None` when this CPU lacks any of them.
+    pub fn avx512() -> Option<Kernels> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                return Kernels::avx2().map(|k| Kernels {
+                    isa: "avx512vnni",
+                    dot: |w, first, x, out| {
+                        // SAFETY: this table is built only after AVX-512 F, VL and VNNI and
+                        // (by `avx2()`) AVX2, FMA and F16C were detected.
+                        unsafe { gemm::x86_64::rows_vnni(w, first, x, out) }
+                    },
+                    ..k
+                });
+            }
+        }
+        None
+    }
 
     /// The AVX2 kernels, or `None` when this CPU lacks AVX2, FMA or F16C.
     pub fn avx2() -> Option<Kernels> {
@@ -107,7 +130,9 @@ pub fn kernels() -> &'static Kernels {
         if forced {
             return Kernels::SCALAR;
         }
-        Kernels::avx2().unwrap_or(Kernels::SCALAR)
+        Kernels::avx512()
+            .or_else(Kernels::avx2)
+            .unwrap_or(Kernels::SCALAR)
     })
 }
 

@@ -98,6 +98,10 @@ fn fast_kernels() -> Vec<Kernels> {
         Some(k) => v.push(k),
         None => eprintln!("AVX2 not available on this CPU: only the scalar kernels run"),
     }
+    match Kernels::avx512() {
+        Some(k) => v.push(k),
+        None => eprintln!("AVX-512 VNNI not available on this CPU: its kernel is not tested"),
+    }
     v
 }
 
@@ -331,5 +335,40 @@ mod gemm {
         assert!(Matrix::new(WeightType::Q8_0, 2, 33, &[0u8; 68]).is_none());
         assert!(Matrix::new(WeightType::F32, 2, 3, &[0u8; 23]).is_none());
         assert!(Matrix::new(WeightType::BF16, 2, 3, &[0u8; 12]).is_some());
+    }
+}
+
+/// The AVX-512 VNNI Q8_0 kernel gives the same bits as the AVX2 one, for any number of
+/// columns and rows with and without blocks left over after groups of eight, including
+/// weight bytes of -128 (which ggml's quantizer never writes but a file may hold). This is
+/// what lets the kernel be chosen by column count without changing any result.
+#[test]
+fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
+    use crate::gemm::{gemm_with, Matrix, WeightType};
+    let (Some(avx2), Some(vnni)) = (Kernels::avx2(), Kernels::avx512()) else {
+        eprintln!("AVX2 or AVX-512 VNNI missing: nothing to compare on this CPU");
+        return;
+    };
+    let mut rng = Rng(91);
+    for cols in [32, 256, 288, 544, 1024, 4128] {
+        let rows = 19;
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let mut q = vec![0u8; rows * cols / 32 * 34];
+        q8_0::quantize_ref(&v, &mut q);
+        for (i, b) in q.iter_mut().enumerate() {
+            if i % 34 >= 2 && i % 11 == 0 {
+                *b = 0x80;
+            }
+        }
+        let w = Matrix::new(WeightType::Q8_0, rows, cols, &q).unwrap();
+        let x: Vec<f32> = (0..16 * cols).map(|_| rng.normal() * 2.0).collect();
+        for n in 1..=16 {
+            let run = |k: &Kernels| {
+                let mut y = vec![0.0f32; n * rows];
+                gemm_with(k.dot, &w, &x[..n * cols], &mut y);
+                y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(run(&avx2), run(&vnni), "cols {cols} n {n}");
+        }
     }
 }

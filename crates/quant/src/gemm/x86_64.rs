@@ -238,3 +238,180 @@ pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
         }
     }
 }
+
+/// Q8_0 row · G columns with VNNI, giving the same bits as [`q8_group`].
+///
+/// [`q8_group`] computes each block's integer sum in its own register, then reduces eight
+/// of them to one vector of eight block sums. Here the eight weight blocks are transposed
+/// once (shared by every column) so that lane l of register k holds bytes 4k..4k+4 of
+/// block l, and the columns were prepared the same way ([`Columns::q8_transposed`]): eight
+/// `vpdpbusd` then leave block l's whole sum in lane l, with no reduction per column.
+/// `vpdpbusd` multiplies unsigned by signed bytes, so the weights go in as `w + 128`
+/// (`w XOR 0x80`) and each lane starts from `-128 · Σ x` of its block: the sums are exact,
+/// for every weight byte including -128. From there, scales, lanes, accumulation order and
+/// the blocks left over are those of [`q8_group`], so the results are bit-identical (tested).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; `row` holds whole
+/// blocks and every column covers as many blocks (checked).
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_group_vnni<const G: usize>(
+    row: &[u8],
+    d: [&[f32]; G],
+    q: [&[i8]; G],
+    qt: [&[i8]; G],
+    bsum: [&[i32]; G],
+    out: &mut [f32],
+) {
+    let nb = row.len() / BLOCK_BYTES;
+    let full = nb / 8 * 8;
+    for c in 0..G {
+        assert!(d[c].len() >= nb && q[c].len() >= nb * QK8_0);
+        assert!(qt[c].len() >= full * QK8_0 && bsum[c].len() >= full);
+    }
+    let w = row.as_ptr();
+    let flip = _mm256_set1_epi8(-128);
+    let mut acc = [_mm256_setzero_ps(); G];
+    let mut b = 0;
+    // SAFETY (every access below): block indices stay below nb, so each block's 34 bytes
+    // lie inside `row`, and each column holds the sizes asserted above.
+    while b < full {
+        for line in 0..5 {
+            let ahead = w.wrapping_add(b * BLOCK_BYTES + PREFETCH + 64 * line);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+        }
+        // SAFETY: see above.
+        let blk = |j: usize| unsafe {
+            _mm256_xor_si256(
+                _mm256_loadu_si256(w.add((b + j) * BLOCK_BYTES + 2).cast()),
+                flip,
+            )
+        };
+        // 8 × 8 transpose of 32-bit groups: r[k] lane l = group k of block b + l.
+        let (w0, w1, w2, w3) = (blk(0), blk(1), blk(2), blk(3));
+        let (w4, w5, w6, w7) = (blk(4), blk(5), blk(6), blk(7));
+        let (t0, t1) = (_mm256_unpacklo_epi32(w0, w1), _mm256_unpackhi_epi32(w0, w1));
+        let (t2, t3) = (_mm256_unpacklo_epi32(w2, w3), _mm256_unpackhi_epi32(w2, w3));
+        let (t4, t5) = (_mm256_unpacklo_epi32(w4, w5), _mm256_unpackhi_epi32(w4, w5));
+        let (t6, t7) = (_mm256_unpacklo_epi32(w6, w7), _mm256_unpackhi_epi32(w6, w7));
+        let (u0, u1) = (_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2));
+        let (u2, u3) = (_mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3));
+        let (u4, u5) = (_mm256_unpacklo_epi64(t4, t6), _mm256_unpackhi_epi64(t4, t6));
+        let (u6, u7) = (_mm256_unpacklo_epi64(t5, t7), _mm256_unpackhi_epi64(t5, t7));
+        let r = [
+            _mm256_permute2x128_si256::<0x20>(u0, u4),
+            _mm256_permute2x128_si256::<0x20>(u1, u5),
+            _mm256_permute2x128_si256::<0x20>(u2, u6),
+            _mm256_permute2x128_si256::<0x20>(u3, u7),
+            _mm256_permute2x128_si256::<0x31>(u0, u4),
+            _mm256_permute2x128_si256::<0x31>(u1, u5),
+            _mm256_permute2x128_si256::<0x31>(u2, u6),
+            _mm256_permute2x128_si256::<0x31>(u3, u7),
+        ];
+        let mut scales = [0u16; 8];
+        for (j, s) in scales.iter_mut().enumerate() {
+            // SAFETY: see above.
+            *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
+        }
+        // SAFETY: `scales` is 16 bytes.
+        let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+        for c in 0..G {
+            // SAFETY: see above (b + 8 <= full).
+            unsafe {
+                let xt = qt[c].as_ptr().add(b * QK8_0);
+                let mut sums = _mm256_loadu_si256(bsum[c].as_ptr().add(b).cast());
+                for (k, &rk) in r.iter().enumerate() {
+                    let xk = _mm256_loadu_si256(xt.add(32 * k).cast());
+                    sums = _mm256_dpbusd_epi32(sums, rk, xk);
+                }
+                let dx = _mm256_loadu_ps(d[c].as_ptr().add(b));
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[c]);
+            }
+        }
+        b += 8;
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut tail = [0.0f32; G];
+    while b < nb {
+        // SAFETY: see above.
+        let (bits, qw) = unsafe {
+            let wb = w.add(b * BLOCK_BYTES);
+            (
+                wb.cast::<u16>().read_unaligned(),
+                _mm256_loadu_si256(wb.add(2).cast()),
+            )
+        };
+        let aw = _mm256_sign_epi8(qw, qw);
+        let dw = f16::from_bits(bits).to_f32();
+        for c in 0..G {
+            // SAFETY: see above.
+            let qx = unsafe { _mm256_loadu_si256(q[c].as_ptr().add(b * QK8_0).cast()) };
+            let i = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
+            tail[c] += dw * d[c][b] * hsum_i32(i) as f32;
+        }
+        b += 1;
+    }
+    for c in 0..G {
+        out[c] = hsum(acc[c]) + tail[c];
+    }
+}
+
+/// Columns sharing one pass over a row in the VNNI kernel.
+const GROUP_VNNI: usize = 8;
+
+/// Fewest columns for which the VNNI kernel beats [`q8_group`]: its weight transpose is
+/// shared by the columns, so one column alone is faster without it. Both give the same
+/// bits, so the choice never changes a result.
+const VNNI_MIN_COLUMNS: usize = 2;
+
+/// [`rows_avx2`] with the VNNI Q8_0 kernel for two or more columns (same bits).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL and VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn rows_vnni(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
+    let n = x.count();
+    if w.ty != WeightType::Q8_0 || n < VNNI_MIN_COLUMNS {
+        // SAFETY: AVX2, FMA and F16C are among this function's requirements.
+        return unsafe { rows_avx2(w, first, x, out) };
+    }
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first + i);
+        let mut done = 0;
+        while done < n {
+            let g = GROUP_VNNI.min(n - done);
+            let o = &mut row_out[done..done + g];
+            let at = done;
+            let d = |c: usize| x.q8(at + c).0;
+            let q = |c: usize| x.q8(at + c).1;
+            let t = |c: usize| x.q8_transposed(at + c).0;
+            let s = |c: usize| x.q8_transposed(at + c).1;
+            macro_rules! go {
+                ($g:literal, [$($c:literal),*]) => {
+                    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
+                    unsafe {
+                        q8_group_vnni::<$g>(
+                            row,
+                            [$(d($c)),*],
+                            [$(q($c)),*],
+                            [$(t($c)),*],
+                            [$(s($c)),*],
+                            o,
+                        )
+                    }
+                };
+            }
+            match g {
+                8 => go!(8, [0, 1, 2, 3, 4, 5, 6, 7]),
+                7 => go!(7, [0, 1, 2, 3, 4, 5, 6]),
+                6 => go!(6, [0, 1, 2, 3, 4, 5]),
+                5 => go!(5, [0, 1, 2, 3, 4]),
+                4 => go!(4, [0, 1, 2, 3]),
+                3 => go!(3, [0, 1, 2]),
+                2 => go!(2, [0, 1]),
+                _ => go!(1, [0]),
+            }
+            done += g;
+        }
+    }
+}
