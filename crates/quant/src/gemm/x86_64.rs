@@ -10,6 +10,9 @@
 //! instruction sequence is the same whatever the group holds, so one column alone and the
 //! same column among others give the same bits.
 
+// The kernels walk several per-column arrays (scales, quants, accumulators) by one index.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use half::f16;
@@ -144,17 +147,8 @@ unsafe fn q8_group<const G: usize>(row: &[u8], d: [&[f32]; G], q: [&[i8]; G], ou
         }
         b += 8;
     }
-    let mut tail = [0.0f32; G];
-    while b < nb {
-        let (aw, qw) = weights(b);
-        // SAFETY: see above.
-        let bits = unsafe { w.add(b * BLOCK_BYTES).cast::<u16>().read_unaligned() };
-        let dw = f16::from_bits(bits).to_f32();
-        for c in 0..G {
-            tail[c] += dw * d[c][b] * hsum_i32(dot(b, aw, qw, c)) as f32;
-        }
-        b += 1;
-    }
+    // SAFETY: the features are this function's; the tail checks the sizes.
+    let tail = unsafe { q8_tail::<G>(row, b, d, q) };
     for c in 0..G {
         out[c] = hsum(acc[c]) + tail[c];
     }
@@ -239,7 +233,28 @@ pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
     }
 }
 
-/// Q8_0 row · G columns with VNNI, giving the same bits as [`q8_group`].
+/// G columns as the VNNI kernel reads them: scales, quants (for the blocks left over),
+/// transposed quants and `-128 · Σ q` of the whole groups of eight blocks.
+struct VnniColumns<'c, const G: usize> {
+    d: [&'c [f32]; G],
+    q: [&'c [i8]; G],
+    qt: [&'c [i8]; G],
+    bsum: [&'c [i32]; G],
+}
+
+impl<'c, const G: usize> VnniColumns<'c, G> {
+    fn new(x: &'c Columns<'_>, first: usize) -> VnniColumns<'c, G> {
+        VnniColumns {
+            d: std::array::from_fn(|c| x.q8(first + c).0),
+            q: std::array::from_fn(|c| x.q8(first + c).1),
+            qt: std::array::from_fn(|c| x.q8_transposed(first + c).0),
+            bsum: std::array::from_fn(|c| x.q8_transposed(first + c).1),
+        }
+    }
+}
+
+/// Blocks `blocks` (whole groups of eight) of a Q8_0 row · G columns with VNNI, added to
+/// `acc`; together with [`q8_tail`] this gives the same bits as [`q8_group`].
 ///
 /// [`q8_group`] computes each block's integer sum in its own register, then reduces eight
 /// of them to one vector of eight block sums. Here the eight weight blocks are transposed
@@ -248,36 +263,33 @@ pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
 /// `vpdpbusd` then leave block l's whole sum in lane l, with no reduction per column.
 /// `vpdpbusd` multiplies unsigned by signed bytes, so the weights go in as `w + 128`
 /// (`w XOR 0x80`) and each lane starts from `-128 · Σ x` of its block: the sums are exact,
-/// for every weight byte including -128. From there, scales, lanes, accumulation order and
-/// the blocks left over are those of [`q8_group`], so the results are bit-identical (tested).
+/// for every weight byte including -128. From there, scales, lanes and accumulation order
+/// are those of [`q8_group`], so the results are bit-identical (tested).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; `row` holds whole
-/// blocks and every column covers as many blocks (checked).
+/// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; `blocks` lies
+/// within the row's whole groups of eight and every column covers them (checked).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_group_vnni<const G: usize>(
+unsafe fn q8_span_vnni<const G: usize>(
     row: &[u8],
-    d: [&[f32]; G],
-    q: [&[i8]; G],
-    qt: [&[i8]; G],
-    bsum: [&[i32]; G],
-    out: &mut [f32],
+    blocks: std::ops::Range<usize>,
+    x: &VnniColumns<'_, G>,
+    acc: &mut [__m256; G],
+    prefetch: *const u8,
 ) {
-    let nb = row.len() / BLOCK_BYTES;
-    let full = nb / 8 * 8;
+    assert!(blocks.start.is_multiple_of(8) && blocks.end.is_multiple_of(8));
+    assert!(blocks.end * BLOCK_BYTES <= row.len());
     for c in 0..G {
-        assert!(d[c].len() >= nb && q[c].len() >= nb * QK8_0);
-        assert!(qt[c].len() >= full * QK8_0 && bsum[c].len() >= full);
+        assert!(x.d[c].len() >= blocks.end && x.bsum[c].len() >= blocks.end);
+        assert!(x.qt[c].len() >= blocks.end * QK8_0);
     }
     let w = row.as_ptr();
     let flip = _mm256_set1_epi8(-128);
-    let mut acc = [_mm256_setzero_ps(); G];
-    let mut b = 0;
-    // SAFETY (every access below): block indices stay below nb, so each block's 34 bytes
-    // lie inside `row`, and each column holds the sizes asserted above.
-    while b < full {
+    // SAFETY (every access below): block indices stay below blocks.end, inside the row and
+    // every column (asserted above).
+    for b in blocks.step_by(8) {
         for line in 0..5 {
-            let ahead = w.wrapping_add(b * BLOCK_BYTES + PREFETCH + 64 * line);
+            let ahead = prefetch.wrapping_add(b * BLOCK_BYTES + 64 * line);
             _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
         }
         // SAFETY: see above.
@@ -316,26 +328,43 @@ unsafe fn q8_group_vnni<const G: usize>(
         // SAFETY: `scales` is 16 bytes.
         let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
         for c in 0..G {
-            // SAFETY: see above (b + 8 <= full).
+            // SAFETY: see above (b + 8 <= blocks.end).
             unsafe {
-                let xt = qt[c].as_ptr().add(b * QK8_0);
-                let mut sums = _mm256_loadu_si256(bsum[c].as_ptr().add(b).cast());
+                let xt = x.qt[c].as_ptr().add(b * QK8_0);
+                let mut sums = _mm256_loadu_si256(x.bsum[c].as_ptr().add(b).cast());
                 for (k, &rk) in r.iter().enumerate() {
                     let xk = _mm256_loadu_si256(xt.add(32 * k).cast());
                     sums = _mm256_dpbusd_epi32(sums, rk, xk);
                 }
-                let dx = _mm256_loadu_ps(d[c].as_ptr().add(b));
+                let dx = _mm256_loadu_ps(x.d[c].as_ptr().add(b));
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[c]);
             }
         }
-        b += 8;
+    }
+}
+
+/// Blocks `from..` of a Q8_0 row · G columns, one by one into a scalar per column: the
+/// blocks the eight-at-a-time loops leave over, summed the same way by both kernels.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; every column covers the row's blocks (checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_tail<const G: usize>(
+    row: &[u8],
+    from: usize,
+    d: [&[f32]; G],
+    q: [&[i8]; G],
+) -> [f32; G] {
+    let nb = row.len() / BLOCK_BYTES;
+    for c in 0..G {
+        assert!(d[c].len() >= nb && q[c].len() >= nb * QK8_0);
     }
     let ones = _mm256_set1_epi16(1);
     let mut tail = [0.0f32; G];
-    while b < nb {
-        // SAFETY: see above.
+    for b in from..nb {
+        // SAFETY: b < nb, so the block is inside `row`.
         let (bits, qw) = unsafe {
-            let wb = w.add(b * BLOCK_BYTES);
+            let wb = row.as_ptr().add(b * BLOCK_BYTES);
             (
                 wb.cast::<u16>().read_unaligned(),
                 _mm256_loadu_si256(wb.add(2).cast()),
@@ -344,15 +373,57 @@ unsafe fn q8_group_vnni<const G: usize>(
         let aw = _mm256_sign_epi8(qw, qw);
         let dw = f16::from_bits(bits).to_f32();
         for c in 0..G {
-            // SAFETY: see above.
+            // SAFETY: each column holds nb blocks (asserted above).
             let qx = unsafe { _mm256_loadu_si256(q[c].as_ptr().add(b * QK8_0).cast()) };
             let i = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
             tail[c] += dw * d[c][b] * hsum_i32(i) as f32;
         }
-        b += 1;
     }
-    for c in 0..G {
-        out[c] = hsum(acc[c]) + tail[c];
+    tail
+}
+
+/// Blocks per pass over a task's rows in the VNNI kernel: 32 blocks of eight columns'
+/// prepared quants (8 KiB) stay in L1 while every row of the task streams past them.
+const VNNI_CHUNK: usize = 32;
+
+/// Rows `first..first + k` · G columns `at..at + G` with VNNI into `out` (row-major, n
+/// columns per row). The blocks are walked in chunks of [`VNNI_CHUNK`], each over all k
+/// rows, with each row's accumulators kept in `accs` between chunks: every lane still
+/// accumulates its blocks in order, so the bits are those of [`q8_group`].
+///
+/// # Safety
+/// As [`q8_span_vnni`].
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_rows_vnni<const G: usize>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    at: usize,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    let k = out.len() / n;
+    let cols = VnniColumns::<G>::new(x, at);
+    let nb = w.cols / QK8_0;
+    let full = nb / 8 * 8;
+    let row_bytes = nb * BLOCK_BYTES;
+    let mut accs = vec![[_mm256_setzero_ps(); G]; k];
+    for start in (0..full).step_by(VNNI_CHUNK) {
+        let end = (start + VNNI_CHUNK).min(full);
+        for (i, acc) in accs.iter_mut().enumerate() {
+            let row = w.row(first + i);
+            // Prefetch the same blocks of the next row, which comes next in this chunk.
+            let next = row.as_ptr().wrapping_add(row_bytes);
+            // SAFETY: the caller guarantees the CPU features; the span checks the sizes.
+            unsafe { q8_span_vnni::<G>(row, start..end, &cols, acc, next) };
+        }
+    }
+    for (i, acc) in accs.iter().enumerate() {
+        // SAFETY: as above.
+        let tail = unsafe { q8_tail::<G>(w.row(first + i), full, cols.d, cols.q) };
+        for c in 0..G {
+            out[i * n + at + c] = hsum(acc[c]) + tail[c];
+        }
     }
 }
 
@@ -375,43 +446,22 @@ pub(crate) unsafe fn rows_vnni(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
         // SAFETY: AVX2, FMA and F16C are among this function's requirements.
         return unsafe { rows_avx2(w, first, x, out) };
     }
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
-        let row = w.row(first + i);
-        let mut done = 0;
-        while done < n {
-            let g = GROUP_VNNI.min(n - done);
-            let o = &mut row_out[done..done + g];
-            let at = done;
-            let d = |c: usize| x.q8(at + c).0;
-            let q = |c: usize| x.q8(at + c).1;
-            let t = |c: usize| x.q8_transposed(at + c).0;
-            let s = |c: usize| x.q8_transposed(at + c).1;
-            macro_rules! go {
-                ($g:literal, [$($c:literal),*]) => {
-                    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
-                    unsafe {
-                        q8_group_vnni::<$g>(
-                            row,
-                            [$(d($c)),*],
-                            [$(q($c)),*],
-                            [$(t($c)),*],
-                            [$(s($c)),*],
-                            o,
-                        )
-                    }
-                };
-            }
+    let mut done = 0;
+    while done < n {
+        let g = GROUP_VNNI.min(n - done);
+        // SAFETY: the caller guarantees the CPU features; the kernels check sizes.
+        unsafe {
             match g {
-                8 => go!(8, [0, 1, 2, 3, 4, 5, 6, 7]),
-                7 => go!(7, [0, 1, 2, 3, 4, 5, 6]),
-                6 => go!(6, [0, 1, 2, 3, 4, 5]),
-                5 => go!(5, [0, 1, 2, 3, 4]),
-                4 => go!(4, [0, 1, 2, 3]),
-                3 => go!(3, [0, 1, 2]),
-                2 => go!(2, [0, 1]),
-                _ => go!(1, [0]),
+                8 => q8_rows_vnni::<8>(w, first, x, done, out),
+                7 => q8_rows_vnni::<7>(w, first, x, done, out),
+                6 => q8_rows_vnni::<6>(w, first, x, done, out),
+                5 => q8_rows_vnni::<5>(w, first, x, done, out),
+                4 => q8_rows_vnni::<4>(w, first, x, done, out),
+                3 => q8_rows_vnni::<3>(w, first, x, done, out),
+                2 => q8_rows_vnni::<2>(w, first, x, done, out),
+                _ => q8_rows_vnni::<1>(w, first, x, done, out),
             }
-            done += g;
         }
+        done += g;
     }
 }
