@@ -2,7 +2,7 @@
 //! memory-bandwidth bound of the bytes each step must read.
 //!
 //! Measured, each `--runs` times after two warm-up runs (median and minimum reported):
-//! - the machine's memory read bandwidth (1 GiB buffer, all threads);
+//! - the machine's memory read bandwidth (best of ten sums of a 1 GiB buffer, all threads);
 //! - with `--target`: one decode step (a 1-token forward after a `--context`-token
 //!   prefill) and a `--verify`-token forward, the KV cache rolled back after each run;
 //! - with `--draft`: one block draft after `--context` positions of context, by phase
@@ -80,14 +80,14 @@ fn median(v: &Value) -> f64 {
     v["median_ms"].as_f64().unwrap_or(f64::NAN)
 }
 
-/// Read bandwidth in bytes/s: the best of five sums over a 1 GiB buffer (far beyond any
+/// Read bandwidth in bytes/s: the best of ten sums over a 1 GiB buffer (far beyond any
 /// cache), split across the current rayon pool.
 pub fn memory_bandwidth() -> f64 {
     const LEN: usize = 1 << 28; // f32 values: 1 GiB
     let buf: Vec<f32> = (0..LEN).map(|i| (i & 1023) as f32).collect();
     let chunk = LEN / rayon::current_num_threads().max(1) / 4;
     let mut best = f64::INFINITY;
-    for _ in 0..5 {
+    for _ in 0..10 {
         let t = Instant::now();
         let s: f32 = buf
             .par_chunks(chunk.max(1 << 16))

@@ -71,7 +71,7 @@ fn parse_outtype(s: &str) -> Result<OutType, String> {
 pub struct SynthArgs {
     /// Geometry: a drafter checkpoint (tiny: 119 K parameters, small: ≈ 250 M,
     /// kimi-k3-dspark: 2.25 B, the reference), or a target and its drafter (qwen3-tiny,
-    /// qwen3-0.6b: DIR/target.gguf and DIR/draft/).
+    /// qwen3-small, qwen3-0.6b: DIR/target.gguf, DIR/tokenizer.json and DIR/draft/).
     #[arg(long)]
     pub geometry: String,
     /// Output folder (created if missing).
@@ -431,7 +431,7 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
         .with_context(|| format!("{}: cannot write", tokenizer.display()))?;
     tmp.persist(&tokenizer)
         .with_context(|| format!("{}: cannot move into place", tokenizer.display()))?;
-    let d = SynthGeometry::for_target(
+    let mut d = SynthGeometry::for_target(
         "draft",
         t.hidden as u64,
         t.heads as u64,
@@ -442,6 +442,7 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
         t.layers as u64,
         t.capture_layers(),
     );
+    d.block_size = t.draft_block_size();
     write_synth(&d, &a.out.join("draft"), a.seed, &|_, _| {
         !CANCEL.load(Ordering::SeqCst)
     })?;
@@ -466,7 +467,7 @@ pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
     }
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
         bail!(
-            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny or qwen3-0.6b)",
+            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny, qwen3-small or qwen3-0.6b)",
             a.geometry
         );
     };

@@ -1487,3 +1487,113 @@ fn generate_stops_at_the_targets_eos() {
     assert_eq!(gen(&[]), free[..=first].to_vec());
     assert_eq!(gen(&["--ignore-eos"]), free);
 }
+
+/// Lossless across geometries: for the tiny target (rows shorter than eight Q8_0 blocks)
+/// and the small one (whole eight-block groups plus leftovers, untied LM head, a 6-token
+/// block, so decode and verify run different kernels), several seeds and many random
+/// prompts, speculative greedy decoding gives exactly target-only greedy decoding.
+#[test]
+fn speculative_equals_greedy_across_geometries_and_prompts() {
+    use dspark_runtime::spec::{greedy, speculative};
+    use dspark_runtime::{Drafter, Qwen3, Target};
+    let t = Tmp::new();
+    let mut state = 0x5eed_u64;
+    for (geometry, seeds) in [("qwen3-tiny", 0..2u64), ("qwen3-small", 10..12u64)] {
+        for seed in seeds {
+            let dir = t.path(&format!("{geometry}-{seed}"));
+            let (tb, db) = qwen3_pair_of(geometry, &dir, seed);
+            let (tf, df) = (
+                dspark_gguf::GgufFile::parse(&tb).unwrap(),
+                dspark_gguf::GgufFile::parse(&db).unwrap(),
+            );
+            let vocab = Qwen3::load(&tf, 8).unwrap().vocab_size() as u64;
+            for _ in 0..6 {
+                let len = 1 + next(&mut state) as usize % 24;
+                let prompt: Vec<u32> = (0..len)
+                    .map(|_| (next(&mut state) % vocab) as u32)
+                    .collect();
+                let max_new = 8 + next(&mut state) as usize % 40;
+                let mut plain = Qwen3::load(&tf, 256).unwrap();
+                let want = greedy(&mut plain, &prompt, max_new, &[]).unwrap();
+                let mut target = Qwen3::load(&tf, 256).unwrap();
+                let mut drafter = Drafter::load(&df, 256).unwrap();
+                let (got, _) =
+                    speculative(&mut target, &mut drafter, &prompt, max_new, &[]).unwrap();
+                assert_eq!(got, want, "{geometry} seed {seed} prompt {prompt:?}");
+            }
+        }
+    }
+}
+
+/// `dspark bench` reports every step it promises, with the arithmetic it states (bytes
+/// from the files, break-even = round ÷ decode), on the target+drafter pair and on a
+/// drafter alone (head-only target); bad requests fail cleanly.
+#[test]
+fn bench_reports_steps_bytes_and_break_even() {
+    let t = Tmp::new();
+    let dir = t.path("pair");
+    qwen3_pair_of("qwen3-small", &dir, 3);
+    let (target, draft) = (dir.join("target.gguf"), dir.join("draft.gguf"));
+    let common = [
+        "--runs",
+        "2",
+        "--context",
+        "8",
+        "--verify",
+        "3",
+        "--threads",
+        "2",
+        "--json",
+    ];
+    let mut args = vec!["bench", "--target", s(&target), "--draft", s(&draft)];
+    args.extend(common);
+    let o = dspark(&args);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ms = |x: &serde_json::Value| x["median_ms"].as_f64().unwrap();
+    assert!(v["memory_bandwidth_gb_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["target"]["verify"]["tokens"], 3);
+    assert!(ms(&v["target"]["decode"]) > 0.0 && ms(&v["target"]["verify"]) > 0.0);
+    let tbytes = fs::read(&target).unwrap();
+    let tf = dspark_gguf::GgufFile::parse(&tbytes).unwrap();
+    let total: u64 = tf.tensors().map(|x| x.data.len() as u64).sum();
+    assert_eq!(v["target"]["tensor_bytes"], total);
+    let d = &v["drafter"];
+    assert_eq!(d["block_size"], 6);
+    assert_eq!(d["drafts"], 6);
+    let dbytes = fs::read(&draft).unwrap();
+    let df = dspark_gguf::GgufFile::parse(&dbytes).unwrap();
+    let layers: u64 = df
+        .tensors()
+        .filter(|x| x.info.name.starts_with("blk.") || x.info.name == "output_norm.weight")
+        .map(|x| x.data.len() as u64)
+        .sum();
+    assert_eq!(d["bytes"]["layers"], layers);
+    assert_eq!(d["bytes"]["lm_head"], 1024 * (256 / 32 * 34));
+    let r = &v["round"];
+    assert_eq!(r["verify_tokens"], 7);
+    let round =
+        ms(&d["draft"]) + ms(&r["verify"]) + d["append_context"]["median_ms"].as_f64().unwrap();
+    assert!((r["round_ms"].as_f64().unwrap() - round).abs() < 1e-9);
+    let be = r["break_even_acceptance_length"].as_f64().unwrap();
+    assert!((be - round / ms(&v["target"]["decode"])).abs() < 1e-9);
+
+    // The drafter alone drafts on a head-only target of its vocabulary and hidden size.
+    let mut args = vec!["bench", "--draft", s(&draft)];
+    args.extend(common);
+    let o = dspark(&args);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.get("target").is_none() && v.get("round").is_none());
+    assert_eq!(v["drafter"]["drafts"], 6);
+    assert!(v["drafter"]["target"]
+        .as_str()
+        .unwrap()
+        .contains("head-only"));
+
+    let o = dspark(&["bench", "--runs", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--target"));
+    let o = dspark(&["bench", "--target", s(&target), "--runs", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+}

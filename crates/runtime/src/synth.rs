@@ -42,12 +42,25 @@ impl Qwen3Geometry {
         }
     }
 
-    /// Looks a target geometry up by its CLI name (`qwen3-tiny`, `qwen3-0.6b`).
+    /// Looks a target geometry up by its CLI name (`qwen3-tiny`, `qwen3-small`,
+    /// `qwen3-0.6b`).
     pub fn by_name(name: &str) -> Option<Qwen3Geometry> {
         match name {
             "qwen3-tiny" => Some(Qwen3Geometry::tiny()),
+            "qwen3-small" => Some(Qwen3Geometry::small()),
             "qwen3-0.6b" => Some(Qwen3Geometry::qwen3_0_6b()),
             _ => None,
+        }
+    }
+
+    /// Block size of the synthetic drafter for this target: 4 for the tiny test target, 6
+    /// for the small one, 8 for Qwen3-0.6B's shape (a verify forward of the anchor and 8
+    /// drafts).
+    pub fn draft_block_size(&self) -> u64 {
+        match self.hidden {
+            h if h >= 1024 => 8,
+            h if h >= 256 => 6,
+            _ => 4,
         }
     }
 
@@ -60,6 +73,23 @@ impl Qwen3Geometry {
             return vec![l / 2];
         }
         (0..m).map(|i| 1 + i * (l - 3) / (m - 1)).collect()
+    }
+
+    /// A small target for tests whose rows are whole groups of eight Q8_0 blocks or more
+    /// (hidden 256, FFN 800 = 25 blocks, so the eight-block kernel paths and their
+    /// leftovers both run): 3 layers, GQA 4/2 heads of 64, vocabulary 1024, untied LM head.
+    pub fn small() -> Qwen3Geometry {
+        Qwen3Geometry {
+            hidden: 256,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            ffn: 800,
+            vocab: 1024,
+            context: 4096,
+            untied_output: true,
+        }
     }
 
     /// A tiny target for tests: 4 layers of 64, GQA 4/2, vocabulary 512.

@@ -64,10 +64,15 @@ pub fn convert_and_prove(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
 
 /// `synth --geometry qwen3-tiny --seed seed` into `dir` (`target.gguf`, `draft/`).
 pub fn synth_qwen3(dir: &Path, seed: u64) {
+    synth_qwen3_geometry("qwen3-tiny", dir, seed);
+}
+
+/// `synth --geometry <geometry> --seed seed` into `dir`.
+pub fn synth_qwen3_geometry(geometry: &str, dir: &Path, seed: u64) {
     assert_ok(&dspark(&[
         "synth",
         "--geometry",
-        "qwen3-tiny",
+        geometry,
         "--out",
         s(dir),
         "--seed",
@@ -79,7 +84,12 @@ pub fn synth_qwen3(dir: &Path, seed: u64) {
 /// [`synth_qwen3`], then the drafter converted to `dir/draft.gguf`; returns the target's
 /// and the drafter's GGUF bytes.
 pub fn qwen3_pair(dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
-    synth_qwen3(dir, seed);
+    qwen3_pair_of("qwen3-tiny", dir, seed)
+}
+
+/// [`qwen3_pair`] of another target geometry.
+pub fn qwen3_pair_of(geometry: &str, dir: &Path, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    synth_qwen3_geometry(geometry, dir, seed);
     let draft = dir.join("draft.gguf");
     assert_ok(&dspark(&[
         "convert",

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runtime benchmark on the synthetic Qwen3-0.6B-shaped pair, side by side with llama.cpp,
+# same GGUF, same threads, alternating runs in one session:
+#   - llama.cpp (built from source by the llama-cpp-python sdist into $WORK/llama-venv,
+#     ≈ 5 min on 2 cores the first time), driven by bench/llama_cpp_qwen3.py: decode step
+#     and 8-token verify forward;
+#   - `dspark bench`: the same two steps, plus the drafter's block, a speculative round and
+#     the break-even acceptance length.
+# Prints a table; the raw JSON of every run stays in $WORK.
+#
+# Usage: bash bench/runtime_qwen3.sh
+#        WORK=/path THREADS=2 RUNS=20 ROUNDS=3 bash bench/runtime_qwen3.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${WORK:-/tmp/dspark-runtime-bench}
+THREADS=${THREADS:-2}
+RUNS=${RUNS:-20}
+ROUNDS=${ROUNDS:-3}
+DSPARK=target/release/dspark
+cargo build --release -q
+mkdir -p "$WORK"
+
+LLAMA_PY="$WORK/llama-venv/bin/python"
+if ! "$LLAMA_PY" -c "import llama_cpp" 2>/dev/null; then
+  echo "building llama.cpp (llama-cpp-python 0.3.36 from source) into $WORK/llama-venv"
+  python3 -m venv "$WORK/llama-venv"
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$WORK/llama-venv/bin/pip" install -q --no-cache-dir llama-cpp-python==0.3.36
+fi
+
+PAIR="$WORK/qwen3-0.6b"
+[ -f "$PAIR/target.gguf" ] || "$DSPARK" synth --geometry qwen3-0.6b --out "$PAIR" -q
+[ -f "$PAIR/draft.gguf" ] || "$DSPARK" convert "$PAIR/draft" -o "$PAIR/draft.gguf" -q --force
+cat "$PAIR/target.gguf" "$PAIR/draft.gguf" > /dev/null   # page cache, for both engines
+
+for r in $(seq "$ROUNDS"); do
+  "$LLAMA_PY" bench/llama_cpp_qwen3.py "$PAIR/target.gguf" --threads "$THREADS" \
+    --runs "$RUNS" > "$WORK/llama.$r.json"
+  "$DSPARK" bench --target "$PAIR/target.gguf" --draft "$PAIR/draft.gguf" \
+    --threads "$THREADS" --runs "$RUNS" --json > "$WORK/dspark.$r.json"
+done
+
+python3 - "$WORK" "$ROUNDS" <<'PY'
+import json, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+print(f"{'run':>3} | {'llama.cpp decode':>16} | {'dspark decode':>13} | {'llama.cpp verify 8':>18} | {'dspark verify 8':>15} | {'draft':>7} | {'round':>7} | break-even")
+for r in range(1, rounds + 1):
+    l = json.load(open(f"{work}/llama.{r}.json"))
+    d = json.load(open(f"{work}/dspark.{r}.json"))
+    t, dr, ro = d["target"], d["drafter"], d["round"]
+    print(f"{r:>3} | {l['decode']['median_ms']:13.2f} ms | {t['decode']['median_ms']:10.2f} ms |"
+          f" {l['verify']['median_ms']:15.2f} ms | {t['verify']['median_ms']:12.2f} ms |"
+          f" {dr['draft']['median_ms']:4.2f} ms | {ro['round_ms']:4.1f} ms |"
+          f" {ro['break_even_acceptance_length']:.2f} (verify {ro['verify_tokens']} tokens)")
+print(f"kernels: {d['kernels']}, threads {d['threads']}, memory bandwidth {d['memory_bandwidth_gb_s']:.1f} GB/s;"
+      f" llama.cpp: {l['engine']}; {l['system_info']}")
+PY
