@@ -184,6 +184,26 @@ fn plain_group<const G: usize>(ty: WeightType, row: &[u8], x: [&[f32]; G], out: 
     }
 }
 
+/// Size of the column group starting at column `done` of `n`: the columns are split into
+/// as few groups of at most `max` as possible, of nearly equal sizes (9 columns in groups
+/// of 8 go 5 + 4, not 8 + 1, which would pay a whole pass for one column). A column's bits
+/// do not depend on its group.
+fn group_size(n: usize, done: usize, max: usize) -> usize {
+    let groups = n.div_ceil(max);
+    let base = n / groups;
+    let bigger = n % groups; // the first `bigger` groups take one column more
+    let index = if done < bigger * (base + 1) {
+        done / (base + 1)
+    } else {
+        bigger + (done - bigger * (base + 1)) / base
+    };
+    if index < bigger {
+        base + 1
+    } else {
+        base
+    }
+}
+
 /// Columns sharing one pass over a row.
 const GROUP: usize = 4;
 
@@ -199,7 +219,7 @@ pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
         let row = w.row(first + i);
         let mut done = 0;
         while done < n {
-            let g = GROUP.min(n - done);
+            let g = group_size(n, done, GROUP);
             let o = &mut row_out[done..done + g];
             let at = done;
             if w.ty == WeightType::Q8_0 {
@@ -382,8 +402,8 @@ unsafe fn q8_tail<const G: usize>(
     tail
 }
 
-/// Blocks per pass over a task's rows in the VNNI kernel: 32 blocks of eight columns'
-/// prepared quants (8 KiB) stay in L1 while every row of the task streams past them.
+/// Blocks per pass over a task's rows in the VNNI kernel: 32 blocks of up to sixteen
+/// columns' prepared quants (16 KiB) stay in L1 while every row of the task streams past.
 const VNNI_CHUNK: usize = 32;
 
 /// Rows `first..first + k` · G columns `at..at + G` with VNNI into `out` (row-major, n
@@ -428,7 +448,7 @@ unsafe fn q8_rows_vnni<const G: usize>(
 }
 
 /// Columns sharing one pass over a row in the VNNI kernel.
-const GROUP_VNNI: usize = 8;
+const GROUP_VNNI: usize = 16;
 
 /// Fewest columns for which the VNNI kernel beats [`q8_group`]: its weight transpose is
 /// shared by the columns, so one column alone is faster without it. Both give the same
@@ -448,10 +468,18 @@ pub(crate) unsafe fn rows_vnni(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
     }
     let mut done = 0;
     while done < n {
-        let g = GROUP_VNNI.min(n - done);
+        let g = group_size(n, done, GROUP_VNNI);
         // SAFETY: the caller guarantees the CPU features; the kernels check sizes.
         unsafe {
             match g {
+                16 => q8_rows_vnni::<16>(w, first, x, done, out),
+                15 => q8_rows_vnni::<15>(w, first, x, done, out),
+                14 => q8_rows_vnni::<14>(w, first, x, done, out),
+                13 => q8_rows_vnni::<13>(w, first, x, done, out),
+                12 => q8_rows_vnni::<12>(w, first, x, done, out),
+                11 => q8_rows_vnni::<11>(w, first, x, done, out),
+                10 => q8_rows_vnni::<10>(w, first, x, done, out),
+                9 => q8_rows_vnni::<9>(w, first, x, done, out),
                 8 => q8_rows_vnni::<8>(w, first, x, done, out),
                 7 => q8_rows_vnni::<7>(w, first, x, done, out),
                 6 => q8_rows_vnni::<6>(w, first, x, done, out),
@@ -463,5 +491,32 @@ pub(crate) unsafe fn rows_vnni(w: &Matrix<'_>, first: usize, x: &Columns<'_>, ou
             }
         }
         done += g;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_size;
+
+    #[test]
+    fn column_groups_are_balanced_and_cover_every_column() {
+        for max in [4, 8] {
+            for n in 1..=40 {
+                let mut sizes = Vec::new();
+                let mut done = 0;
+                while done < n {
+                    let g = group_size(n, done, max);
+                    assert!((1..=max).contains(&g), "n {n} max {max}");
+                    sizes.push(g);
+                    done += g;
+                }
+                assert_eq!(done, n);
+                assert_eq!(sizes.len(), n.div_ceil(max), "n {n}: {sizes:?}");
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(hi - lo <= 1, "n {n}: {sizes:?}");
+            }
+        }
+        assert_eq!(group_size(9, 0, 8), 5);
+        assert_eq!(group_size(9, 5, 8), 4);
     }
 }
