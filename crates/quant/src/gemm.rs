@@ -107,10 +107,23 @@ pub struct Columns<'x> {
     d: Vec<f32>,
     qs: Vec<i8>,
     /// The quants of each whole group of eight blocks, transposed in 32-bit groups:
-    /// 32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8.
+    /// 32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8. Groups go in
+    /// pairs (0–1, 2–3, …) with their registers interleaved (see [`transposed_slot`]).
     qt: Vec<i8>,
     /// Per block in those groups: `-128 · Σ q` (for kernels that multiply `w + 128`).
     bsum: Vec<i32>,
+}
+
+/// Where register k (32 bytes) of block group `group` (of `groups`) lies in a column's
+/// transposed quants, in bytes: groups in complete pairs interleave their registers
+/// (k of the first group, then k of the second, so one 64-byte load takes both); a last
+/// unpaired group keeps its registers in order.
+fn transposed_slot(group: usize, k: usize, groups: usize) -> usize {
+    if group / 2 * 2 + 1 < groups {
+        (group & !1) * 256 + 64 * k + 32 * (group & 1)
+    } else {
+        group * 256 + 32 * k
+    }
 }
 
 impl<'x> Columns<'x> {
@@ -147,7 +160,7 @@ impl<'x> Columns<'x> {
                     bsum[c * full + b] = -128 * src.iter().map(|&v| i32::from(v)).sum::<i32>();
                     let (group, lane) = (b / 8, b % 8);
                     for k in 0..8 {
-                        let at = (c * full + group * 8) * QK8_0 + 32 * k + 4 * lane;
+                        let at = c * full * QK8_0 + transposed_slot(group, k, full / 8) + 4 * lane;
                         qt[at..at + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
                     }
                 }

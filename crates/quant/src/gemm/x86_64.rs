@@ -307,7 +307,19 @@ unsafe fn q8_span_vnni<const G: usize>(
     let flip = _mm256_set1_epi8(-128);
     // SAFETY (every access below): block indices stay below blocks.end, inside the row and
     // every column (asserted above).
-    for b in blocks.step_by(8) {
+    let mut b = blocks.start;
+    while b < blocks.end {
+        if b.is_multiple_of(16) && b + 16 <= blocks.end {
+            // Two groups at once (the columns hold them interleaved).
+            for line in 0..10 {
+                let ahead = prefetch.wrapping_add(b * BLOCK_BYTES + 64 * line);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            }
+            // SAFETY: b + 16 <= blocks.end, checked above for the row and the columns.
+            unsafe { q8_pair_vnni512::<G>(w, b, x, acc) };
+            b += 16;
+            continue;
+        }
         for line in 0..5 {
             let ahead = prefetch.wrapping_add(b * BLOCK_BYTES + 64 * line);
             _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
@@ -359,6 +371,93 @@ unsafe fn q8_span_vnni<const G: usize>(
                 let dx = _mm256_loadu_ps(x.d[c].as_ptr().add(b));
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[c]);
             }
+        }
+        b += 8;
+    }
+}
+
+/// Blocks `b..b + 16` (two groups of eight, the first starting at a multiple of 16) of a
+/// Q8_0 row · G columns: [`q8_span_vnni`]'s work in 512-bit registers, block `b + j` in the
+/// low half and `b + 8 + j` in the high half, so one `vpdpbusd` serves both groups. The
+/// columns hold such pairs interleaved (register k of the first group, then of the
+/// second), so each half reads what the 256-bit code would. Lane by lane the integer sums,
+/// scales and products are the same, and the two halves are added to the accumulators in
+/// block order, first group first: the bits are those of the 256-bit code.
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; the row holds
+/// blocks `..b + 16` at `w` and every column covers them.
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_pair_vnni512<const G: usize>(
+    w: *const u8,
+    b: usize,
+    x: &VnniColumns<'_, G>,
+    acc: &mut [__m256; G],
+) {
+    let flip = _mm512_set1_epi8(-128);
+    // SAFETY (this function): the caller guarantees blocks b..b + 16 exist in the row and
+    // in every column.
+    let blk = |j: usize| unsafe {
+        let lo = _mm256_loadu_si256(w.add((b + j) * BLOCK_BYTES + 2).cast());
+        let hi = _mm256_loadu_si256(w.add((b + 8 + j) * BLOCK_BYTES + 2).cast());
+        _mm512_xor_si512(
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi),
+            flip,
+        )
+    };
+    let (w0, w1, w2, w3) = (blk(0), blk(1), blk(2), blk(3));
+    let (w4, w5, w6, w7) = (blk(4), blk(5), blk(6), blk(7));
+    let (t0, t1) = (_mm512_unpacklo_epi32(w0, w1), _mm512_unpackhi_epi32(w0, w1));
+    let (t2, t3) = (_mm512_unpacklo_epi32(w2, w3), _mm512_unpackhi_epi32(w2, w3));
+    let (t4, t5) = (_mm512_unpacklo_epi32(w4, w5), _mm512_unpackhi_epi32(w4, w5));
+    let (t6, t7) = (_mm512_unpacklo_epi32(w6, w7), _mm512_unpackhi_epi32(w6, w7));
+    let (u0, u1) = (_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2));
+    let (u2, u3) = (_mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3));
+    let (u4, u5) = (_mm512_unpacklo_epi64(t4, t6), _mm512_unpackhi_epi64(t4, t6));
+    let (u6, u7) = (_mm512_unpacklo_epi64(t5, t7), _mm512_unpackhi_epi64(t5, t7));
+    // 128-bit lanes [a0, b0 | a2, b2] and [a1, b1 | a3, b3]: each 256-bit half as
+    // `vperm2i128` 0x20 / 0x31 would make it.
+    let low = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    let high = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    let r = [
+        _mm512_permutex2var_epi64(u0, low, u4),
+        _mm512_permutex2var_epi64(u1, low, u5),
+        _mm512_permutex2var_epi64(u2, low, u6),
+        _mm512_permutex2var_epi64(u3, low, u7),
+        _mm512_permutex2var_epi64(u0, high, u4),
+        _mm512_permutex2var_epi64(u1, high, u5),
+        _mm512_permutex2var_epi64(u2, high, u6),
+        _mm512_permutex2var_epi64(u3, high, u7),
+    ];
+    let mut scales = [0u16; 16];
+    for (j, s) in scales.iter_mut().enumerate() {
+        // SAFETY: see above.
+        *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
+    }
+    // SAFETY: `scales` is 32 bytes.
+    let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(scales.as_ptr().cast()) });
+    for c in 0..G {
+        // SAFETY: see above.
+        unsafe {
+            let xt = x.qt[c].as_ptr().add(b * QK8_0);
+            let mut sums = _mm512_loadu_si512(x.bsum[c].as_ptr().add(b).cast());
+            for (k, &rk) in r.iter().enumerate() {
+                let xk = _mm512_loadu_si512(xt.add(64 * k).cast());
+                sums = _mm512_dpbusd_epi32(sums, rk, xk);
+            }
+            let dx = _mm512_loadu_ps(x.d[c].as_ptr().add(b));
+            let scale = _mm512_mul_ps(dw, dx);
+            let ints = _mm512_cvtepi32_ps(sums);
+            let half = |v: __m512, hi: bool| {
+                let d = _mm512_castps_pd(v);
+                _mm256_castpd_ps(if hi {
+                    _mm512_extractf64x4_pd::<1>(d)
+                } else {
+                    _mm512_castpd512_pd256(d)
+                })
+            };
+            acc[c] = _mm256_fmadd_ps(half(scale, false), half(ints, false), acc[c]);
+            acc[c] = _mm256_fmadd_ps(half(scale, true), half(ints, true), acc[c]);
         }
     }
 }
