@@ -395,8 +395,7 @@ unsafe fn q8_pair_vnni512<const G: usize>(
     acc: &mut [__m256; G],
 ) {
     let flip = _mm512_set1_epi8(-128);
-    // SAFETY (this function): the caller guarantees blocks b..b + 16 exist in the row and
-    // in every column.
+    // SAFETY: the caller guarantees blocks b..b + 16 exist in the row (j < 8).
     let blk = |j: usize| unsafe {
         let lo = _mm256_loadu_si256(w.add((b + j) * BLOCK_BYTES + 2).cast());
         let hi = _mm256_loadu_si256(w.add((b + 8 + j) * BLOCK_BYTES + 2).cast());
@@ -431,13 +430,14 @@ unsafe fn q8_pair_vnni512<const G: usize>(
     ];
     let mut scales = [0u16; 16];
     for (j, s) in scales.iter_mut().enumerate() {
-        // SAFETY: see above.
+        // SAFETY: block b + j (j < 16) is in the row, as the caller guarantees.
         *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
     }
     // SAFETY: `scales` is 32 bytes.
     let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(scales.as_ptr().cast()) });
     for c in 0..G {
-        // SAFETY: see above.
+        // SAFETY: every column covers blocks b..b + 16 (scales, transposed quants, sums),
+        // as the caller guarantees.
         unsafe {
             let xt = x.qt[c].as_ptr().add(b * QK8_0);
             let mut sums = _mm512_loadu_si512(x.bsum[c].as_ptr().add(b).cast());
