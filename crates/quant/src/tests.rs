@@ -372,3 +372,53 @@ fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
         }
     }
 }
+
+/// Rows shorter than eight Q8_0 blocks go eight at a time through the AVX2 kernel; each
+/// result is still exactly `0 + Σ_b (d_w · d_x) · isum_b` in block order, as a row alone
+/// computes it (this restates that expression in scalar code and compares bits).
+#[test]
+fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
+    use crate::gemm::{gemm_with, Columns, Matrix, WeightType};
+    let Some(avx2) = Kernels::avx2() else {
+        eprintln!("AVX2 missing: nothing to compare on this CPU");
+        return;
+    };
+    let mut rng = Rng(123);
+    for cols in [32, 96, 224] {
+        let rows = 21;
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let mut q = vec![0u8; rows * cols / 32 * 34];
+        q8_0::quantize_ref(&v, &mut q);
+        let w = Matrix::new(WeightType::Q8_0, rows, cols, &q).unwrap();
+        for n in 1..=3 {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.normal()).collect();
+            let mut y = vec![0.0f32; n * rows];
+            gemm_with(avx2.dot, &w, &x, &mut y);
+            let xc = Columns::new(WeightType::Q8_0, &x, cols);
+            for c in 0..n {
+                let (d, qx) = xc.q8(c);
+                for r in 0..rows {
+                    let row = w.row(r);
+                    let mut tail = 0.0f32;
+                    for b in 0..cols / 32 {
+                        let blk = &row[b * 34..(b + 1) * 34];
+                        let dw =
+                            half::f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f32();
+                        let isum: i32 = blk[2..]
+                            .iter()
+                            .zip(&qx[b * 32..(b + 1) * 32])
+                            .map(|(&a, &x)| i32::from(a as i8) * i32::from(x))
+                            .sum();
+                        tail += dw * d[b] * isum as f32;
+                    }
+                    let want = 0.0f32 + tail;
+                    assert_eq!(
+                        y[c * rows + r].to_bits(),
+                        want.to_bits(),
+                        "cols {cols} n {n} column {c} row {r}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -184,6 +184,72 @@ fn plain_group<const G: usize>(ty: WeightType, row: &[u8], x: [&[f32]; G], out: 
     }
 }
 
+/// Rows of fewer than eight Q8_0 blocks (a Markov head's rank-32 rows, tiny test models),
+/// eight rows at a time per column; returns how many rows it did (a multiple of eight, the
+/// rest go row by row).
+///
+/// Row by row, [`q8_group`] leaves such a row entirely to [`q8_tail`]: `0 + Σ_b (d_w · d_x)
+/// · isum_b` in block order, added to the horizontal sum of untouched accumulators (+0).
+/// Here lane i of one register is row i: the eight rows' integer sums of block b come from
+/// the same `vphaddd` tree as [`q8_group`]'s, their scales from one conversion, and the
+/// f32 operations are the same in the same order, so the bits are the same (tested).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_short_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) -> usize {
+    let n = x.count();
+    let k = out.len() / n;
+    let nb = w.cols / QK8_0;
+    let ones = _mm256_set1_epi16(1);
+    let groups = k / 8;
+    for c in 0..n {
+        let (d, q) = x.q8(c);
+        assert!(d.len() >= nb && q.len() >= nb * QK8_0);
+        for g in 0..groups {
+            let rows: [&[u8]; 8] = std::array::from_fn(|i| w.row(first + 8 * g + i));
+            let mut tail = _mm256_setzero_ps();
+            for b in 0..nb {
+                // SAFETY: b < nb, so the column's block b and each row's block b exist.
+                let qx = unsafe { _mm256_loadu_si256(q.as_ptr().add(b * QK8_0).cast()) };
+                let v = |i: usize| {
+                    // SAFETY: as above.
+                    let qw = unsafe {
+                        _mm256_loadu_si256(rows[i].as_ptr().add(b * BLOCK_BYTES + 2).cast())
+                    };
+                    let aw = _mm256_sign_epi8(qw, qw);
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones)
+                };
+                let p01 = _mm256_hadd_epi32(v(0), v(1));
+                let p23 = _mm256_hadd_epi32(v(2), v(3));
+                let p45 = _mm256_hadd_epi32(v(4), v(5));
+                let p67 = _mm256_hadd_epi32(v(6), v(7));
+                let (lo, hi) = (_mm256_hadd_epi32(p01, p23), _mm256_hadd_epi32(p45, p67));
+                let sums = _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                );
+                let scales: [u16; 8] = std::array::from_fn(|i| {
+                    u16::from_le_bytes([rows[i][b * BLOCK_BYTES], rows[i][b * BLOCK_BYTES + 1]])
+                });
+                // SAFETY: `scales` is 16 bytes.
+                let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(d[b]));
+                tail = _mm256_add_ps(tail, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sums)));
+            }
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` holds 8 f32.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(_mm256_setzero_ps(), tail))
+            };
+            for (i, v) in lanes.into_iter().enumerate() {
+                out[(8 * g + i) * n + c] = v;
+            }
+        }
+    }
+    groups * 8
+}
+
 /// Size of the column group starting at column `done` of `n`: the columns are split into
 /// as few groups of at most `max` as possible, of nearly equal sizes (9 columns in groups
 /// of 8 go 5 + 4, not 8 + 1, which would pay a whole pass for one column). A column's bits
@@ -215,7 +281,14 @@ const GROUP: usize = 4;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
     let n = x.count();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+    let k = out.len() / n;
+    let mut i0 = 0;
+    if w.ty == WeightType::Q8_0 && w.cols / QK8_0 < 8 {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        i0 = unsafe { q8_short_rows(w, first, x, out) };
+    }
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate().skip(i0) {
+        debug_assert!(i < k);
         let row = w.row(first + i);
         let mut done = 0;
         while done < n {
