@@ -171,6 +171,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         (None, Some(h)) => h,
         _ => unreachable!("one of them is set"),
     };
+    if let (Some(d), Some(p)) = (&drafter, &a.draft) {
+        d.check_target(&*target)
+            .with_context(|| format!("{} does not fit the target", p.display()))?;
+    }
     let vocab = target.vocab_size() as u64;
     let prompt: Vec<u32> = (0..(a.context + a.verify.max(64)) as u64)
         .map(|i| ((i * 37 + 11) % vocab) as u32)

@@ -82,6 +82,21 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     if prompt.is_empty() {
         bail!("the prompt is empty: generation needs at least one token");
     }
+    let vocab = match tfile.tensor("token_embd.weight") {
+        Ok(t) => t.info.dims.get(1).copied().unwrap_or(0),
+        Err(_) => u64::MAX, // the loader reports the missing table
+    };
+    if let Some(&bad) = prompt.iter().find(|&&t| u64::from(t) >= vocab) {
+        let source = match &a.tokenizer {
+            Some(p) if a.prompt.is_some() => format!(" (from {})", p.display()),
+            _ => String::new(),
+        };
+        bail!(
+            "prompt token {bad}{source} is outside the vocabulary of {} ({} tokens)",
+            a.target.display(),
+            vocab
+        );
+    }
     let mut stop = a.stop.clone();
     if !a.ignore_eos {
         if let Some(Value::U32(eos)) = tfile.get("tokenizer.ggml.eos_token_id") {
@@ -104,6 +119,13 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             let draft_path = a.draft.as_deref().unwrap_or(std::path::Path::new("draft"));
             let mut drafter =
                 Drafter::load(f, context).with_context(|| draft_path.display().to_string())?;
+            drafter.check_target(&target).with_context(|| {
+                format!(
+                    "{} does not fit the target {}",
+                    draft_path.display(),
+                    a.target.display()
+                )
+            })?;
             let mut on_round = |r: &Round| {
                 if let Some(w) = trace.as_mut() {
                     let line = json!({

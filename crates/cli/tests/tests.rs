@@ -1597,3 +1597,42 @@ fn bench_reports_steps_bytes_and_break_even() {
     let o = dspark(&["bench", "--target", s(&target), "--runs", "0"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A drafter made for another target, or prompt ids beyond the target's vocabulary, fail
+/// before any work with a message naming the files.
+#[test]
+fn mismatched_pairs_fail_cleanly() {
+    let t = Tmp::new();
+    let (tiny, small) = (t.path("tiny"), t.path("small"));
+    qwen3_pair_of("qwen3-tiny", &tiny, 1);
+    qwen3_pair_of("qwen3-small", &small, 1);
+    let (target, draft) = (tiny.join("target.gguf"), small.join("draft.gguf"));
+    for cmd in ["generate", "bench"] {
+        let mut args = vec![cmd, "--target", s(&target), "--draft", s(&draft)];
+        if cmd == "generate" {
+            args.extend(["--prompt-tokens", "1,2"]);
+        } else {
+            args.extend(["--runs", "1", "--context", "4"]);
+        }
+        let o = dspark(&args);
+        assert_eq!(o.status.code(), Some(1), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("small/draft.gguf") && err.contains("hidden size 256"),
+            "{cmd}: {err}"
+        );
+    }
+    let o = dspark(&[
+        "generate",
+        "--target",
+        s(&target),
+        "--prompt-tokens",
+        "3,512",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("prompt token 512") && err.contains("target.gguf"),
+        "{err}"
+    );
+}

@@ -256,6 +256,42 @@ impl<'a> Drafter<'a> {
         })
     }
 
+    /// Checks that this drafter fits `target`: the same hidden size, captured layers that
+    /// exist in it, and (with the DSpark heads) a Markov head over its vocabulary.
+    pub fn check_target(&self, target: &dyn Target) -> Result<()> {
+        let c = &self.config;
+        if c.hidden != target.hidden_size() {
+            return Err(RuntimeError::Request(format!(
+                "the drafter's hidden size {} differs from the target's {}",
+                c.hidden,
+                target.hidden_size()
+            )));
+        }
+        if let Some(&l) = c.target_layer_ids.iter().find(|&&l| l >= target.n_layers()) {
+            return Err(RuntimeError::Request(format!(
+                "the drafter captures target layer {l}, but the target has {} layers",
+                target.n_layers()
+            )));
+        }
+        if let Some(m) = &self.markov {
+            if m.w2.rows != target.vocab_size() {
+                return Err(RuntimeError::Request(format!(
+                    "the drafter's Markov head covers {} tokens, the target's vocabulary {}",
+                    m.w2.rows,
+                    target.vocab_size()
+                )));
+            }
+        }
+        if c.mask_token_id as usize >= target.vocab_size() {
+            return Err(RuntimeError::Request(format!(
+                "the drafter's mask token {} is outside the target's vocabulary of {}",
+                c.mask_token_id,
+                target.vocab_size()
+            )));
+        }
+        Ok(())
+    }
+
     /// Context positions cached.
     pub fn len(&self) -> usize {
         self.len

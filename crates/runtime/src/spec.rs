@@ -138,6 +138,7 @@ pub fn speculative_traced(
     on_round: &mut dyn FnMut(&Round),
 ) -> Result<(Vec<u32>, Stats)> {
     let start = Instant::now();
+    drafter.check_target(target)?;
     let mut stats = Stats::default();
     let vocab = target.vocab_size();
     let capture = drafter.config.target_layer_ids.clone();
