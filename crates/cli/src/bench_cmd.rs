@@ -171,7 +171,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         (None, Some(h)) => h,
         _ => unreachable!("one of them is set"),
     };
-    if let (Some(d), Some(p)) = (&drafter, &a.draft) {
+    // (A head-only stand-in is made to fit the drafter; it has no layers to capture.)
+    if let (Some(d), Some(p), true) = (&drafter, &a.draft, qwen_present(&a)) {
         d.check_target(&*target)
             .with_context(|| format!("{} does not fit the target", p.display()))?;
     }
