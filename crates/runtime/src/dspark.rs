@@ -431,20 +431,17 @@ impl<'a> Drafter<'a> {
         let mut drafted = Vec::with_capacity(rows.len());
         let mut confidences = Vec::new();
         let mut prev = anchor;
+        let mut bias = vec![0.0f32; if self.markov.is_some() { vocab } else { 0 }];
+        let mut e = Vec::new();
         for (i, base) in logits.chunks_exact(vocab).enumerate() {
             let hk = &hidden[i * h..(i + 1) * h];
-            let mut l = base.to_vec();
             if let Some(m) = &self.markov {
                 if prev as usize >= m.w1.rows || m.w2.rows != vocab {
                     return Err(RuntimeError::Request(format!("token {prev} or target vocabulary {vocab} does not fit the Markov head ({} rows)", m.w1.rows)));
                 }
-                let mut e = vec![0.0f32; m.w1.cols];
+                e.resize(m.w1.cols, 0.0);
                 m.w1.row_f32(prev as usize, &mut e);
-                let mut bias = vec![0.0f32; vocab];
                 gemm(&m.w2, &e, &mut bias);
-                for (a, bb) in l.iter_mut().zip(&bias) {
-                    *a += bb;
-                }
                 if let Some((cw, cb)) = &m.confidence {
                     let mut s = *cb + cw[..h].iter().zip(hk).map(|(a, b)| a * b).sum::<f32>();
                     if cw.len() > h {
@@ -453,12 +450,22 @@ impl<'a> Drafter<'a> {
                     confidences.push(1.0 / (1.0 + (-s).exp()));
                 }
             }
-            // argmax, lowest index on ties.
-            let next = l
-                .iter()
-                .enumerate()
-                .fold(0usize, |best, (j, &x)| if x > l[best] { j } else { best })
-                as u32;
+            // argmax of base + bias, lowest index on ties (NaN never wins).
+            let value = |j: usize| {
+                if bias.is_empty() {
+                    base[j]
+                } else {
+                    base[j] + bias[j]
+                }
+            };
+            let mut best = (0usize, value(0));
+            for j in 1..vocab {
+                let v = value(j);
+                if v > best.1 {
+                    best = (j, v);
+                }
+            }
+            let next = best.0 as u32;
             drafted.push(next);
             prev = next;
         }
