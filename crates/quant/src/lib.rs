@@ -8,6 +8,7 @@
 //! - [`gemm`]: weight matrix × 1..16 activation columns (F32, F16, BF16, Q8_0 weights), each
 //!   column computed exactly as it would be alone.
 //! - [`ops`]: RMSNorm, SiLU, softmax, RoPE (NeoX, YaRN).
+//! - [`vector`]: the f32 dot product and `y += s·x` of attention.
 //! - [`Kernels`]: the fastest implementation of each op this CPU has, chosen once
 //!   ([`kernels`]); every fast kernel equals its reference (bytes for quantizers, bits
 //!   for the error sums), and the tests hold them to it.
@@ -36,6 +37,7 @@ pub mod gemm;
 pub mod ops;
 pub mod q8_0;
 pub mod rng;
+pub mod vector;
 
 pub use error::ErrorSums;
 pub use float::SourceDtype;
@@ -53,6 +55,10 @@ pub struct Kernels {
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
     /// Weight row · activation columns, within [`gemm::DOT_TOLERANCE`] of [`gemm::dot_ref`].
     pub dot: gemm::RowKernel,
+    /// f32 dot product, within [`gemm::DOT_TOLERANCE`] of [`vector::dot_ref`].
+    pub dot_f32: fn(&[f32], &[f32]) -> f32,
+    /// `y += s·x`, within rounding of [`vector::axpy_ref`] (fused multiply-add).
+    pub axpy_f32: fn(&mut [f32], f32, &[f32]),
 }
 
 impl Kernels {
@@ -63,6 +69,8 @@ impl Kernels {
         dequantize_q8_0: q8_0::dequantize_ref,
         error_sums: error::error_sums_ref,
         dot: gemm::row_ref,
+        dot_f32: vector::dot_ref,
+        axpy_f32: vector::axpy_ref,
     };
 
     /// The AVX2 kernels with the AVX-512 VNNI Q8_0 row kernel for several columns (the
@@ -113,6 +121,14 @@ impl Kernels {
                     dot: |w, first, x, out| {
                         // SAFETY: this table is built only after AVX2, FMA and F16C were detected.
                         unsafe { gemm::x86_64::rows_avx2(w, first, x, out) }
+                    },
+                    dot_f32: |a, b| {
+                        // SAFETY: this table is built only after AVX2 and FMA were detected.
+                        unsafe { vector::x86_64::dot_avx2(a, b) }
+                    },
+                    axpy_f32: |y, s, x| {
+                        // SAFETY: this table is built only after AVX2 and FMA were detected.
+                        unsafe { vector::x86_64::axpy_avx2(y, s, x) }
                     },
                 });
             }

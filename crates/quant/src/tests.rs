@@ -1,6 +1,6 @@
 //! Every fast kernel against its scalar reference: bytes for quantizers, bits for sums.
 
-use crate::{error, q8_0, Kernels};
+use crate::{error, q8_0, vector, Kernels};
 
 use crate::rng::SplitMix64 as Rng;
 
@@ -418,6 +418,34 @@ fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
                         "cols {cols} n {n} column {c} row {r}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// The attention vector kernels against their references: the dot product within the
+/// gemm tolerance of `Σ |a·b|`, `y += s·x` within one rounding per element.
+#[test]
+fn vector_kernels_are_within_tolerance_of_the_references() {
+    let mut rng = Rng(55);
+    for k in fast_kernels() {
+        for n in (0..70).chain([127, 128, 129, 1000]) {
+            let a: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let scale: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-30;
+            let (f, r) = ((k.dot_f32)(&a, &b), vector::dot_ref(&a, &b));
+            assert!(
+                (f - r).abs() <= crate::gemm::DOT_TOLERANCE * scale,
+                "{} n {n}: {f} vs {r}",
+                k.isa
+            );
+            let s = rng.normal();
+            let (mut y1, mut y2) = (b.clone(), b.clone());
+            (k.axpy_f32)(&mut y1, s, &a);
+            vector::axpy_ref(&mut y2, s, &a);
+            for (i, (u, v)) in y1.iter().zip(&y2).enumerate() {
+                let tol = 2.0 * f32::EPSILON * (b[i].abs() + (s * a[i]).abs());
+                assert!((u - v).abs() <= tol, "{} n {n} i {i}: {u} vs {v}", k.isa);
             }
         }
     }

@@ -17,7 +17,7 @@ use dspark_quant::ops::{Rope, Yarn};
 use crate::error::{Result, RuntimeError};
 use rayon::prelude::*;
 
-use crate::layer::{attend, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
+use crate::layer::{attend_group, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
 use crate::target::Target;
 use crate::weights::Weights;
 
@@ -374,14 +374,14 @@ impl<'a> Drafter<'a> {
             lw.qkv(&u, &mut q, &mut k, &mut v);
             norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &self.rope, &tables);
             norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &self.rope, &tables);
-            // Keys: cached context (positions 0..len), then the whole block (no mask).
-            // Heads run in parallel; each one's arithmetic is the same whatever runs beside it.
+            // Keys: cached context (positions 0..len), then the whole block (no mask). Each
+            // task is one block row's group of query heads sharing a KV head.
             let (k, v) = (&k, &v);
             let q = &q;
-            attn.par_chunks_mut(hd).enumerate().for_each_init(
-                || Vec::with_capacity(self.len + b),
+            attn.par_chunks_mut(group * hd).enumerate().for_each_init(
+                || Vec::with_capacity(group * (self.len + b)),
                 |scores, (i, out)| {
-                    let kvh = (i % c.heads) / group;
+                    let kvh = i % c.kv_heads;
                     let key = |p: usize| -> &[f32] {
                         if p < self.len {
                             &layer.k_cache[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]
@@ -398,14 +398,8 @@ impl<'a> Drafter<'a> {
                             &v[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]
                         }
                     };
-                    attend(
-                        &q[i * hd..(i + 1) * hd],
-                        self.len + b,
-                        key,
-                        value,
-                        scores,
-                        out,
-                    );
+                    let qs = &q[i * group * hd..(i + 1) * group * hd];
+                    attend_group(qs, hd, self.len + b, key, value, scores, out);
                 },
             );
             lw.output_residual(&attn, &mut z);

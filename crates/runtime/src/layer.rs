@@ -3,6 +3,7 @@
 //! sees, and where keys are cached — stays in each model.
 
 use dspark_quant::gemm::{gemm, gemm_many, Matrix};
+use dspark_quant::kernels;
 use dspark_quant::ops::{rms_norm, silu, softmax, Rope};
 
 use crate::error::Result;
@@ -136,26 +137,39 @@ pub(crate) fn norm_rope_heads(
     }
 }
 
-/// One query head attending over `n_keys` keys: `out = Σ softmax(q·k_p / sqrt(d)) v_p`,
-/// keys in position order (so the result does not depend on batching).
-pub(crate) fn attend<'k>(
-    q: &[f32],
+/// The query heads sharing one KV head (`qs`: g heads of `head_dim`) attending over
+/// `n_keys` keys: `out_j = Σ_p softmax_p(q_j·k_p / sqrt(d)) v_p`, keys in position order.
+/// Each key and value is read once for the whole group. Every query's arithmetic is the
+/// same whatever the group or the batch around it, so batched and single-position forwards
+/// agree bit for bit.
+pub(crate) fn attend_group<'k>(
+    qs: &[f32],
+    head_dim: usize,
     n_keys: usize,
     key: impl Fn(usize) -> &'k [f32],
     value: impl Fn(usize) -> &'k [f32],
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let scale = 1.0 / (q.len() as f32).sqrt();
+    let k = kernels();
+    let g = qs.len() / head_dim;
+    let scale = 1.0 / (head_dim as f32).sqrt();
     scores.clear();
+    scores.resize(g * n_keys, 0.0);
     for p in 0..n_keys {
-        scores.push(q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * scale);
+        let kp = key(p);
+        for (j, q) in qs.chunks_exact(head_dim).enumerate() {
+            scores[j * n_keys + p] = (k.dot_f32)(q, kp) * scale;
+        }
     }
-    softmax(scores);
+    for row in scores.chunks_exact_mut(n_keys.max(1)) {
+        softmax(row);
+    }
     out.fill(0.0);
-    for (p, &s) in scores.iter().enumerate() {
-        for (o, &v) in out.iter_mut().zip(value(p)) {
-            *o += s * v;
+    for p in 0..n_keys {
+        let vp = value(p);
+        for (j, o) in out.chunks_exact_mut(head_dim).enumerate() {
+            (k.axpy_f32)(o, scores[j * n_keys + p], vp);
         }
     }
 }

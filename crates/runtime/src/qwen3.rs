@@ -16,7 +16,7 @@ use dspark_quant::ops::Rope;
 use crate::error::{Result, RuntimeError};
 use rayon::prelude::*;
 
-use crate::layer::{attend, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
+use crate::layer::{attend_group, norm_rope_heads, norm_rows, rope_tables, DecoderLayer, Dims};
 use crate::target::{Forward, Target};
 use crate::weights::Weights;
 
@@ -237,18 +237,19 @@ impl Target for Qwen3<'_> {
             // 2. Keys and values into the cache.
             layer.k_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&k);
             layer.v_cache[p0 * kvd..(p0 + n) * kvd].copy_from_slice(&v);
-            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t. Heads run in
-            //    parallel; each one's arithmetic is the same whatever runs beside it.
+            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t. Each task is
+            //    one position's group of query heads sharing a KV head; tasks run in
+            //    parallel, each one's arithmetic the same whatever runs beside it.
             let (kc, vc) = (&layer.k_cache, &layer.v_cache);
             let q = &q;
-            attn.par_chunks_mut(hd).enumerate().for_each_init(
-                || Vec::with_capacity(p0 + n),
+            attn.par_chunks_mut(group * hd).enumerate().for_each_init(
+                || Vec::with_capacity(group * (p0 + n)),
                 |scores, (i, out)| {
-                    let (t, head) = (i / c.heads, i % c.heads);
-                    let kvh = head / group;
+                    let (t, kvh) = (i / c.kv_heads, i % c.kv_heads);
                     let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
-                    attend(
-                        &q[i * hd..(i + 1) * hd],
+                    attend_group(
+                        &q[i * group * hd..(i + 1) * group * hd],
+                        hd,
                         p0 + t + 1,
                         |p| &kc[span(p)],
                         |p| &vc[span(p)],

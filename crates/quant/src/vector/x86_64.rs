@@ -1,0 +1,70 @@
+//! AVX2 + FMA versions of [`super::dot_ref`] and [`super::axpy_ref`].
+
+use std::arch::x86_64::*;
+
+/// Dot product with four 8-lane accumulators (32 values per step), reduced in a fixed
+/// order, then the leftover values in order.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot lengths");
+    let n = a.len();
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY (loads below): i + 8·(j + 1) <= n within each step, so every 8-value load is
+    // inside both slices.
+    while i + 32 <= n {
+        for (j, a_j) in acc.iter_mut().enumerate() {
+            // SAFETY: see above.
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_ps(pa.add(i + 8 * j)),
+                    _mm256_loadu_ps(pb.add(i + 8 * j)),
+                )
+            };
+            *a_j = _mm256_fmadd_ps(x, y, *a_j);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: see above.
+        let (x, y) = unsafe { (_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i))) };
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let mut s = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2)));
+    for k in i..n {
+        s += a[k] * b[k];
+    }
+    s
+}
+
+/// `y += s·x` with FMA, 8 values per step, the leftover values as `y + s·x` fused too.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn axpy_avx2(y: &mut [f32], s: f32, x: &[f32]) {
+    assert_eq!(y.len(), x.len(), "axpy lengths");
+    let n = y.len();
+    let sv = _mm256_set1_ps(s);
+    let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, inside both slices.
+        unsafe {
+            let r = _mm256_fmadd_ps(sv, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
+            _mm256_storeu_ps(py.add(i), r);
+        }
+        i += 8;
+    }
+    for k in i..n {
+        y[k] = s.mul_add(x[k], y[k]);
+    }
+}
