@@ -6,16 +6,19 @@
 #     and 8-token verify forward;
 #   - `dspark bench`: the same two steps, plus the drafter's block, a speculative round and
 #     the break-even acceptance length.
-# Prints a table; the raw JSON of every run stays in $WORK.
+# Then the same two steps after longer prefills (LONG, default 1024 and 2048 positions),
+# where attention over the KV cache weighs in: one alternating pair per length.
+# Prints tables; the raw JSON of every run stays in $WORK.
 #
 # Usage: bash bench/runtime_qwen3.sh
-#        WORK=/path THREADS=2 RUNS=20 ROUNDS=3 bash bench/runtime_qwen3.sh
+#        WORK=/path THREADS=2 RUNS=20 ROUNDS=3 LONG="1024 2048" bash bench/runtime_qwen3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/dspark-runtime-bench}
 THREADS=${THREADS:-2}
 RUNS=${RUNS:-20}
 ROUNDS=${ROUNDS:-3}
+LONG=${LONG:-1024 2048}
 DSPARK=target/release/dspark
 cargo build --release -q
 mkdir -p "$WORK"
@@ -40,9 +43,16 @@ for r in $(seq "$ROUNDS"); do
     --threads "$THREADS" --runs "$RUNS" --json > "$WORK/dspark.$r.json"
 done
 
-python3 - "$WORK" "$ROUNDS" <<'PY'
+for ctx in $LONG; do
+  "$LLAMA_PY" bench/llama_cpp_qwen3.py "$PAIR/target.gguf" --threads "$THREADS" \
+    --runs 5 --context "$ctx" > "$WORK/llama.ctx$ctx.json"
+  "$DSPARK" bench --target "$PAIR/target.gguf" --threads "$THREADS" --runs 5 \
+    --context "$ctx" --json > "$WORK/dspark.ctx$ctx.json"
+done
+
+python3 - "$WORK" "$ROUNDS" $LONG <<'PY'
 import json, sys
-work, rounds = sys.argv[1], int(sys.argv[2])
+work, rounds, long = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print(f"{'run':>3} | {'llama.cpp decode':>16} | {'dspark decode':>13} | {'llama.cpp verify 8':>18} | {'dspark verify 8':>15} | {'draft':>7} | {'round':>7} | break-even")
 for r in range(1, rounds + 1):
     l = json.load(open(f"{work}/llama.{r}.json"))
@@ -54,4 +64,11 @@ for r in range(1, rounds + 1):
           f" {ro['break_even_acceptance_length']:.2f} (verify {ro['verify_tokens']} tokens)")
 print(f"kernels: {d['kernels']}, threads {d['threads']}, memory bandwidth {d['memory_bandwidth_gb_s']:.1f} GB/s;"
       f" llama.cpp: {l['engine']}; {l['system_info']}")
+print()
+print(f"{'context':>7} | {'llama.cpp decode':>16} | {'dspark decode':>13} | {'llama.cpp verify 8':>18} | {'dspark verify 8':>15}")
+for ctx in long:
+    l = json.load(open(f"{work}/llama.ctx{ctx}.json"))
+    t = json.load(open(f"{work}/dspark.ctx{ctx}.json"))["target"]
+    print(f"{ctx:>7} | {l['decode']['median_ms']:13.2f} ms | {t['decode']['median_ms']:10.2f} ms |"
+          f" {l['verify']['median_ms']:15.2f} ms | {t['verify']['median_ms']:12.2f} ms")
 PY
