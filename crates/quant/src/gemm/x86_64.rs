@@ -59,6 +59,21 @@ fn scalar_weight(ty: WeightType, row: &[u8], j: usize) -> f32 {
     }
 }
 
+/// The f16 scales of blocks `b..b + 8` of the Q8_0 row at `w`, as f32.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C, and the row must hold at least `b + 8` blocks.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn scales8(w: *const u8, b: usize) -> __m256 {
+    let mut bits = [0u16; 8];
+    for (j, s) in bits.iter_mut().enumerate() {
+        // SAFETY: block b + j < b + 8 is in the row, as the caller guarantees.
+        *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
+    }
+    // SAFETY: `bits` is 16 bytes.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
+}
+
 /// Sum of the eight i32 lanes (exact: block sums stay below 2^20).
 #[target_feature(enable = "avx2")]
 fn hsum_i32(v: __m256i) -> i32 {
@@ -128,13 +143,8 @@ unsafe fn q8_group<const G: usize>(row: &[u8], d: [&[f32]; G], q: [&[i8]; G], ou
                 hc[h] = _mm256_hadd_epi32(pair[0], pair[1]);
             }
         }
-        let mut scales = [0u16; 8];
-        for (j, s) in scales.iter_mut().enumerate() {
-            // SAFETY: see above.
-            *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
-        }
-        // SAFETY: `scales` is 16 bytes.
-        let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+        // SAFETY: blocks b..b + 8 are in the row (see above).
+        let dw = unsafe { scales8(w, b) };
         for c in 0..G {
             let (lo, hi) = (half[c][0], half[c][1]);
             let sums = _mm256_add_epi32(
@@ -389,7 +399,7 @@ unsafe fn q8_span_vnni<const G: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
             }
             // SAFETY: b + 16 <= blocks.end, checked above for the row and the columns.
-            unsafe { q8_pair_vnni512::<G>(w, b, x, acc) };
+            unsafe { q8_pair_vnni512::<G>(row, b, x, acc) };
             b += 16;
             continue;
         }
@@ -425,13 +435,8 @@ unsafe fn q8_span_vnni<const G: usize>(
             _mm256_permute2x128_si256::<0x31>(u2, u6),
             _mm256_permute2x128_si256::<0x31>(u3, u7),
         ];
-        let mut scales = [0u16; 8];
-        for (j, s) in scales.iter_mut().enumerate() {
-            // SAFETY: see above.
-            *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
-        }
-        // SAFETY: `scales` is 16 bytes.
-        let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+        // SAFETY: blocks b..b + 8 are in the row (see above).
+        let dw = unsafe { scales8(w, b) };
         for c in 0..G {
             // SAFETY: see above (b + 8 <= blocks.end).
             unsafe {
@@ -459,15 +464,16 @@ unsafe fn q8_span_vnni<const G: usize>(
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; the row holds
-/// blocks `..b + 16` at `w` and every column covers them.
+/// blocks `..b + 16` and every column covers them.
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q8_pair_vnni512<const G: usize>(
-    w: *const u8,
+    row: &[u8],
     b: usize,
     x: &VnniColumns<'_, G>,
     acc: &mut [__m256; G],
 ) {
     let flip = _mm512_set1_epi8(-128);
+    let w = row.as_ptr();
     // SAFETY: the caller guarantees blocks b..b + 16 exist in the row (j < 8).
     let blk = |j: usize| unsafe {
         let lo = _mm256_loadu_si256(w.add((b + j) * BLOCK_BYTES + 2).cast());
@@ -501,13 +507,13 @@ unsafe fn q8_pair_vnni512<const G: usize>(
         _mm512_permutex2var_epi64(u2, high, u6),
         _mm512_permutex2var_epi64(u3, high, u7),
     ];
-    let mut scales = [0u16; 16];
-    for (j, s) in scales.iter_mut().enumerate() {
-        // SAFETY: block b + j (j < 16) is in the row, as the caller guarantees.
-        *s = unsafe { w.add((b + j) * BLOCK_BYTES).cast::<u16>().read_unaligned() };
-    }
-    // SAFETY: `scales` is 32 bytes.
-    let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(scales.as_ptr().cast()) });
+    // SAFETY: blocks b..b + 16 are in the row, as the caller guarantees.
+    let (lo, hi) = unsafe { (scales8(w, b), scales8(w, b + 8)) };
+    let dw = _mm512_insertf64x4::<1>(
+        _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+        _mm256_castps_pd(hi),
+    );
+    let dw = _mm512_castpd_ps(dw);
     for c in 0..G {
         // SAFETY: every column covers blocks b..b + 16 (scales, transposed quants, sums),
         // as the caller guarantees.
