@@ -580,12 +580,13 @@ unsafe fn q8_tail<const G: usize>(
     tail
 }
 
-/// Blocks per pass over a task's rows in the VNNI kernel: 32 blocks of up to sixteen
-/// columns' prepared quants (16 KiB) stay in L1 while every row of the task streams past.
-const VNNI_CHUNK: usize = 32;
+/// Bytes of the columns' prepared quants one chunk of the VNNI kernel may span: a chunk of
+/// blocks is walked over every row of a task while those bytes stay in L1 (32 blocks for
+/// 16 columns, 64 for 8, up to whole rows for 2).
+const VNNI_CHUNK_BYTES: usize = 16 << 10;
 
 /// Rows `first..first + k` · G columns `at..at + G` with VNNI into `out` (row-major, n
-/// columns per row). The blocks are walked in chunks of [`VNNI_CHUNK`], each over all k
+/// columns per row). The blocks are walked in chunks (see [`VNNI_CHUNK_BYTES`]), each over all k
 /// rows, with each row's accumulators kept in `accs` between chunks: every lane still
 /// accumulates its blocks in order, so the bits are those of [`q8_group`].
 ///
@@ -606,8 +607,10 @@ unsafe fn q8_rows_vnni<const G: usize>(
     let full = nb / 8 * 8;
     let row_bytes = nb * BLOCK_BYTES;
     let mut accs = vec![[_mm256_setzero_ps(); G]; k];
-    for start in (0..full).step_by(VNNI_CHUNK) {
-        let end = (start + VNNI_CHUNK).min(full);
+    // Blocks per chunk: the G columns' share of a chunk stays within 16 KiB of L1.
+    let chunk = (VNNI_CHUNK_BYTES / (QK8_0 * G)).max(32) / 16 * 16;
+    for start in (0..full).step_by(chunk) {
+        let end = (start + chunk).min(full);
         for (i, acc) in accs.iter_mut().enumerate() {
             let row = w.row(first + i);
             // Prefetch the same blocks of the next row, which comes next in this chunk.
