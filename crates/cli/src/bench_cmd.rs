@@ -160,8 +160,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         }
         _ => None,
     };
+    let real_target = qwen.is_some();
     let mut head_only = None;
-    if qwen.is_none() {
+    if !real_target {
         let d = drafter.as_ref().expect("checked above");
         let vocab = draft_vocab(dfile.as_ref().expect("with the drafter"))?;
         head_only = Some(HeadOnlyTarget::new(vocab, d.config.hidden, 1));
@@ -172,7 +173,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         _ => unreachable!("one of them is set"),
     };
     // (A head-only stand-in is made to fit the drafter; it has no layers to capture.)
-    if let (Some(d), Some(p), true) = (&drafter, &a.draft, qwen_present(&a)) {
+    if let (Some(d), Some(p), true) = (&drafter, &a.draft, real_target) {
         d.check_target(&*target)
             .with_context(|| format!("{} does not fit the target", p.display()))?;
     }
@@ -265,7 +266,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             "file": p.display().to_string(),
             "block_size": d.config.block_size,
             "drafts": drafts,
-            "target": if qwen_present(&a) { "the --target model" } else { "random head-only (Q8_0 LM head)" },
+            "target": if real_target { "the --target model" } else { "random head-only (Q8_0 LM head)" },
             "draft": block,
             "phases": {"layers": l, "lm_head": h, "heads": m},
             "bytes": {"layers": layer_bytes, "markov_w2_per_block": w2 * drafts as u64, "lm_head": head_bytes},
@@ -278,7 +279,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             "drafter_phases_over_bound": (median(&l) + median(&m)) / bound(drafter_bytes),
             "append_context": {"positions": append_rows, "median_ms": median(&append), "min_ms": append["min_ms"]},
         });
-        if let (Some(dec), true) = (decode_ms, qwen_present(&a)) {
+        if let (Some(dec), true) = (decode_ms, real_target) {
             // A round: draft, verify anchor + drafts, append the accepted positions.
             let p0 = target.len();
             let n = drafts + 1;
@@ -306,10 +307,6 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     }
     Ok(Outcome::Ok)
-}
-
-fn qwen_present(a: &BenchArgs) -> bool {
-    a.target.is_some()
 }
 
 /// The drafter's target vocabulary: rows of the Markov head, else `dflash-draft` keys.

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use dspark_gguf::{GgufFile, Value};
 use dspark_runtime::spec::{greedy_timed, speculative_traced, Round, Stats};
-use dspark_runtime::{Drafter, Qwen3};
+use dspark_runtime::{Drafter, Qwen3, Target};
 use serde_json::json;
 
 use crate::mmap::map_input;
@@ -82,21 +82,6 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     if prompt.is_empty() {
         bail!("the prompt is empty: generation needs at least one token");
     }
-    let vocab = match tfile.tensor("token_embd.weight") {
-        Ok(t) => t.info.dims.get(1).copied().unwrap_or(0),
-        Err(_) => u64::MAX, // the loader reports the missing table
-    };
-    if let Some(&bad) = prompt.iter().find(|&&t| u64::from(t) >= vocab) {
-        let source = match &a.tokenizer {
-            Some(p) if a.prompt.is_some() => format!(" (from {})", p.display()),
-            _ => String::new(),
-        };
-        bail!(
-            "prompt token {bad}{source} is outside the vocabulary of {} ({} tokens)",
-            a.target.display(),
-            vocab
-        );
-    }
     let mut stop = a.stop.clone();
     if !a.ignore_eos {
         if let Some(Value::U32(eos)) = tfile.get("tokenizer.ggml.eos_token_id") {
@@ -106,6 +91,17 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     let context = prompt.len() + a.max_tokens + 64;
     let mut target =
         Qwen3::load(&tfile, context).with_context(|| format!("{}", a.target.display()))?;
+    let vocab = target.vocab_size();
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        let source = match &a.tokenizer {
+            Some(p) if a.prompt.is_some() => format!(" (from {})", p.display()),
+            _ => String::new(),
+        };
+        bail!(
+            "prompt token {bad}{source} is outside the vocabulary of {} ({vocab} tokens)",
+            a.target.display()
+        );
+    }
     let mut trace = match &a.trace {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?,

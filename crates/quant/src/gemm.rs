@@ -15,6 +15,8 @@
 //! columns per pass over a row, with per-column work identical to a single column's.
 
 use half::{bf16, f16};
+use std::sync::OnceLock;
+
 use rayon::prelude::*;
 
 use crate::q8_0::{BLOCK_BYTES, QK8_0};
@@ -106,11 +108,17 @@ pub struct Columns<'x> {
     n: usize,
     d: Vec<f32>,
     qs: Vec<i8>,
-    /// The quants of each whole group of eight blocks, transposed in 32-bit groups:
-    /// 32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8. Groups go in
-    /// pairs (0–1, 2–3, …) with their registers interleaved (see [`transposed_slot`]).
+    /// Built on first use by a kernel that reads it (see [`Columns::q8_transposed`]).
+    transposed: OnceLock<Transposed>,
+}
+
+/// The quants of each column's whole groups of eight blocks, transposed in 32-bit groups
+/// (32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8; groups go in
+/// pairs 0–1, 2–3, … with their registers interleaved, see [`transposed_slot`]), and per
+/// block of those groups `-128 · Σ q` (for kernels that multiply `w + 128`).
+#[derive(Clone, Debug)]
+struct Transposed {
     qt: Vec<i8>,
-    /// Per block in those groups: `-128 · Σ q` (for kernels that multiply `w + 128`).
     bsum: Vec<i32>,
 }
 
@@ -138,7 +146,6 @@ impl<'x> Columns<'x> {
         );
         let n = x.len() / len;
         let (mut d, mut qs) = (Vec::new(), Vec::new());
-        let (mut qt, mut bsum) = (Vec::new(), Vec::new());
         if ty == WeightType::Q8_0 {
             assert!(len.is_multiple_of(QK8_0), "Q8_0 columns are whole blocks");
             let blocks = x.len() / QK8_0;
@@ -150,21 +157,6 @@ impl<'x> Columns<'x> {
                 d.push(f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
                 qs.extend(block[2..].iter().map(|&b| b as i8));
             }
-            let nb = len / QK8_0;
-            let full = nb / 8 * 8;
-            qt.resize(n * full * QK8_0, 0);
-            bsum.resize(n * full, 0);
-            for c in 0..n {
-                for b in 0..full {
-                    let src = &qs[(c * nb + b) * QK8_0..(c * nb + b + 1) * QK8_0];
-                    bsum[c * full + b] = -128 * src.iter().map(|&v| i32::from(v)).sum::<i32>();
-                    let (group, lane) = (b / 8, b % 8);
-                    for k in 0..8 {
-                        let at = c * full * QK8_0 + transposed_slot(group, k, full / 8) + 4 * lane;
-                        qt[at..at + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
-                    }
-                }
-            }
         }
         Columns {
             x,
@@ -172,8 +164,7 @@ impl<'x> Columns<'x> {
             n,
             d,
             qs,
-            qt,
-            bsum,
+            transposed: OnceLock::new(),
         }
     }
 
@@ -197,13 +188,36 @@ impl<'x> Columns<'x> {
     }
 
     /// Column `c`'s whole groups of eight blocks with their quants transposed in 32-bit
-    /// groups, and `-128 · Σ q` per block of those groups.
+    /// groups, and `-128 · Σ q` per block of those groups (empty unless prepared for
+    /// Q8_0). Built for all columns on the first call, so kernels that never read it
+    /// (one column, AVX2, scalar) never pay for it.
     pub fn q8_transposed(&self, c: usize) -> (&[i8], &[i32]) {
         let full = self.len / QK8_0 / 8 * 8;
+        let t = self.transposed.get_or_init(|| self.transpose());
         (
-            &self.qt[c * full * QK8_0..(c + 1) * full * QK8_0],
-            &self.bsum[c * full..(c + 1) * full],
+            &t.qt[c * full * QK8_0..(c + 1) * full * QK8_0],
+            &t.bsum[c * full..(c + 1) * full],
         )
+    }
+
+    fn transpose(&self) -> Transposed {
+        let nb = self.len / QK8_0;
+        let full = nb / 8 * 8;
+        let n = if self.qs.is_empty() { 0 } else { self.n };
+        let mut qt = vec![0i8; n * full * QK8_0];
+        let mut bsum = vec![0i32; n * full];
+        for c in 0..n {
+            for b in 0..full {
+                let src = &self.qs[(c * nb + b) * QK8_0..(c * nb + b + 1) * QK8_0];
+                bsum[c * full + b] = -128 * src.iter().map(|&v| i32::from(v)).sum::<i32>();
+                let (group, lane) = (b / 8, b % 8);
+                for k in 0..8 {
+                    let at = c * full * QK8_0 + transposed_slot(group, k, full / 8) + 4 * lane;
+                    qt[at..at + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
+                }
+            }
+        }
+        Transposed { qt, bsum }
     }
 }
 

@@ -48,6 +48,18 @@ pub struct DraftConfig {
     pub eps: f32,
 }
 
+impl DraftConfig {
+    fn dims(&self) -> Dims {
+        Dims {
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            ffn: self.ffn,
+        }
+    }
+}
+
 struct Layer<'a> {
     w: DecoderLayer<'a>,
     /// Cached context keys, `[position][kv head][head_dim]`, post-norm and post-RoPE.
@@ -181,13 +193,7 @@ impl<'a> Drafter<'a> {
         };
         let n_cap = config.target_layer_ids.len();
         let kv = kv_heads * head_dim;
-        let dims = Dims {
-            hidden,
-            heads,
-            kv_heads,
-            head_dim,
-            ffn,
-        };
+        let dims = config.dims();
         let mut blocks = Vec::with_capacity(layers);
         for i in 0..layers {
             blocks.push(Layer {
@@ -197,23 +203,13 @@ impl<'a> Drafter<'a> {
             });
         }
         let markov = if w.has("dflash.dspark.markov.w1") {
-            let t = file
-                .tensor("dflash.dspark.markov.w1")
-                .map_err(|_| RuntimeError::Tensor {
-                    tensor: "dflash.dspark.markov.w1".into(),
-                    msg: "missing".into(),
-                })?;
+            let t = w.tensor("dflash.dspark.markov.w1")?;
             let (r, v) = (
                 t.info.dims[0] as usize,
                 t.info.dims.get(1).copied().unwrap_or(1) as usize,
             );
             let confidence = if w.has("dflash.dspark.confidence.weight") {
-                let cw = file
-                    .tensor("dflash.dspark.confidence.weight")
-                    .map_err(|_| RuntimeError::Tensor {
-                        tensor: "dflash.dspark.confidence.weight".into(),
-                        msg: "missing".into(),
-                    })?;
+                let cw = w.tensor("dflash.dspark.confidence.weight")?;
                 let c = cw.info.dims[0] as usize;
                 if c != hidden && c != hidden + r {
                     return Err(RuntimeError::Tensor {
@@ -348,13 +344,7 @@ impl<'a> Drafter<'a> {
         let c = &self.config;
         let (b, h, hd) = (c.block_size, c.hidden, c.head_dim);
         let (qd, kvd, group) = (c.heads * hd, c.kv_heads * hd, c.heads / c.kv_heads);
-        let dims = Dims {
-            hidden: h,
-            heads: c.heads,
-            kv_heads: c.kv_heads,
-            head_dim: hd,
-            ffn: c.ffn,
-        };
+        let dims = c.dims();
         let started = Instant::now();
         let mut tokens = vec![c.mask_token_id; b];
         tokens[0] = anchor;

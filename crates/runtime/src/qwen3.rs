@@ -106,12 +106,8 @@ impl<'a> Qwen3<'a> {
             .map(|v| v as usize)
             .unwrap_or(hidden / heads);
         let ffn = u("feed_forward_length")?;
-        let token_rows = file
-            .tensor("token_embd.weight")
-            .map_err(|_| RuntimeError::Tensor {
-                tensor: "token_embd.weight".into(),
-                msg: "missing".into(),
-            })?
+        let token_rows = w
+            .tensor("token_embd.weight")?
             .info
             .dims
             .get(1)

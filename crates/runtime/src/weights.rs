@@ -1,6 +1,6 @@
 //! Tensors of a parsed GGUF as typed views, looked up by name with their shape checked.
 
-use dspark_gguf::{GgmlType, GgufFile, Value};
+use dspark_gguf::{GgmlType, GgufFile, TensorView, Value};
 use dspark_quant::gemm::{Matrix, WeightType};
 
 use crate::error::{Result, RuntimeError};
@@ -48,12 +48,17 @@ impl<'a> Weights<'a> {
         self.file.tensor(name).is_ok()
     }
 
-    /// A matrix with `rows` outputs and `cols` inputs (ggml `ne = [cols, rows]`).
-    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-        let t = self.file.tensor(name).map_err(|_| RuntimeError::Tensor {
+    /// A tensor by name; an error naming it when absent.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'a>> {
+        self.file.tensor(name).map_err(|_| RuntimeError::Tensor {
             tensor: name.into(),
             msg: "missing".into(),
-        })?;
+        })
+    }
+
+    /// A matrix with `rows` outputs and `cols` inputs (ggml `ne = [cols, rows]`).
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
+        let t = self.tensor(name)?;
         let ty = match t.info.ty {
             GgmlType::F32 => WeightType::F32,
             GgmlType::F16 => WeightType::F16,
@@ -81,10 +86,7 @@ impl<'a> Weights<'a> {
 
     /// An F32 vector of `len` values (norm weights).
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
-        let t = self.file.tensor(name).map_err(|_| RuntimeError::Tensor {
-            tensor: name.into(),
-            msg: "missing".into(),
-        })?;
+        let t = self.tensor(name)?;
         if t.info.ty != GgmlType::F32 || trimmed(&t.info.dims) != [len as u64] {
             return Err(RuntimeError::Tensor {
                 tensor: name.into(),
