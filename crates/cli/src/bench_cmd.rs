@@ -1,56 +1,61 @@
 //! `dspark bench`: how long the speculative loop's steps take on this machine, against the
 //! memory-bandwidth bound of the bytes each step must read.
 //!
-//! Measured, each `--runs` times after two warm-up runs (median and minimum reported):
+//! Inputs are checked (each file by its contract, the pair by the fit check, the request
+//! against the context and the memory it needs) before anything is measured. Then, each
+//! step `--runs` times after two warm-up runs (median and minimum reported):
 //! - the machine's memory read bandwidth (best of ten sums of a 1 GiB buffer, all threads);
 //! - with `--target`: one decode step (a 1-token forward after a `--context`-token
 //!   prefill) and a `--verify`-token forward, the KV cache rolled back after each run;
 //! - with `--draft`: one block draft after `--context` positions of context, by phase
-//!   (layers, the target's LM head, the DSpark heads), and the context append of an
-//!   accepted round; without `--target` the drafter runs on a random head-only target of
-//!   its vocabulary and hidden size (for drafters whose target is too large to build);
+//!   (layers, the LM head, the DSpark heads), and the context append of an accepted
+//!   round; without `--target` the drafter runs on a random head-only target of its
+//!   vocabulary and hidden size (for drafters whose target is too large to build);
 //! - with both: a speculative round (draft, verify of anchor + drafts, context append)
 //!   and the break-even acceptance length, round time ÷ decode time: the tokens a round
 //!   must commit on average for speculation to beat plain decoding.
 //!
 //! The prompt is deterministic: token i is `(37 i + 11) mod vocab`
 //! (`bench/llama_cpp_qwen3.py` uses the same, so llama.cpp runs the same positions).
+//! Prints a table, or with `--json` one object (the fields below).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
+use dspark_contract::TargetShape;
 use dspark_gguf::GgufFile;
-use dspark_quant::rng::SplitMix64;
-use dspark_runtime::synth::HeadOnlyTarget;
-use dspark_runtime::{Drafter, Qwen3, Target};
+use dspark_runtime::{Drafter, Logits, Target};
+use dspark_testkit::head_only::HeadOnlyTarget;
+use dspark_testkit::rng::SplitMix64;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::mmap::map_input;
-use crate::Outcome;
+use crate::load::{contract_error, load_drafter, load_target, map_model, runtime_error};
+use crate::{usage, Outcome};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Target model (a llama.cpp qwen3 GGUF).
-    #[arg(long)]
+    #[arg(short = 'm', long, visible_alias = "model")]
     pub target: Option<PathBuf>,
-    /// Drafter (a dflash-draft GGUF).
-    #[arg(long)]
+    /// Drafter (a dflash-draft GGUF; llama.cpp spelling: -md).
+    #[arg(long, visible_alias = "model-draft")]
     pub draft: Option<PathBuf>,
     /// Worker threads (default: all cores).
-    #[arg(long)]
+    #[arg(short = 't', long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
     /// Positions before the measured step (prefill / drafter context).
-    #[arg(long, default_value_t = 64)]
-    pub context: usize,
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub context: u64,
     /// Tokens in the verify forward timed on its own.
-    #[arg(long, default_value_t = 8)]
-    pub verify: usize,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub verify: u64,
     /// Timed runs of each step (after two warm-up runs).
-    #[arg(long, default_value_t = 20)]
-    pub runs: usize,
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub runs: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -82,8 +87,9 @@ fn median(v: &Value) -> f64 {
 
 /// Read bandwidth in bytes/s: the best of ten sums over a 1 GiB buffer (far beyond any
 /// cache), split across the current rayon pool.
-pub fn memory_bandwidth() -> f64 {
+pub fn memory_bandwidth() -> Result<f64> {
     const LEN: usize = 1 << 28; // f32 values: 1 GiB
+    dspark_runtime::memory::check_fits((LEN * 4) as u64, "the bandwidth measurement")?;
     let buf: Vec<f32> = (0..LEN).map(|i| (i & 1023) as f32).collect();
     let chunk = LEN / rayon::current_num_threads().max(1) / 4;
     let mut best = f64::INFINITY;
@@ -104,137 +110,167 @@ pub fn memory_bandwidth() -> f64 {
         std::hint::black_box(s);
         best = best.min(t.elapsed().as_secs_f64());
     }
-    (LEN * 4) as f64 / best
+    Ok((LEN * 4) as f64 / best)
 }
 
-/// Bytes of the tensors whose names satisfy `keep`.
-fn tensor_bytes(f: &GgufFile<'_>, keep: impl Fn(&str) -> bool) -> u64 {
-    f.tensors()
-        .filter(|t| keep(&t.info.name))
-        .map(|t| t.data.len() as u64)
-        .sum()
+/// A drafter with no target to hand: checked by its contract, loaded against the shape of
+/// a head-only stand-in of its vocabulary and hidden size.
+fn drafter_alone(path: &Path) -> Result<(Arc<Drafter>, HeadOnlyTarget)> {
+    let bytes = map_model(path)?;
+    let file = GgufFile::parse((*bytes).as_ref()).with_context(|| path.display().to_string())?;
+    let checked = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())
+        .map_err(|e| contract_error(path, &e))?;
+    let h = checked.hparams();
+    let Some(vocab) = checked.markov().map(|m| m.vocab).or(h.target_vocab) else {
+        usage!(
+            "{}: the drafter records no vocabulary (no Markov head, no vocab_size): give --target",
+            path.display()
+        );
+    };
+    let layers = h
+        .target_layers
+        .unwrap_or_else(|| h.target_layer_ids.iter().max().map_or(1, |l| l + 1));
+    let shape = TargetShape {
+        hidden: h.hidden,
+        layers,
+        vocab,
+    };
+    dspark_runtime::memory::check_fits(
+        (vocab as u64) * (h.hidden as u64 / 32 * 34),
+        "the head-only stand-in target's LM head",
+    )
+    .map_err(|e| runtime_error(path, e))?;
+    let drafter =
+        Drafter::load(bytes.clone(), &checked, &shape).map_err(|e| runtime_error(path, e))?;
+    Ok((
+        Arc::new(drafter),
+        HeadOnlyTarget::new(vocab, h.hidden, layers, 1),
+    ))
 }
 
 pub fn run(a: BenchArgs) -> Result<Outcome> {
     if a.target.is_none() && a.draft.is_none() {
-        bail!("give --target, --draft or both");
+        usage!("give --target, --draft or both");
     }
-    if a.runs == 0 || a.verify == 0 || a.context == 0 {
-        bail!("--runs, --verify and --context must be at least 1");
-    }
-    let threads = crate::threads(a.threads);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .ok();
-    let bandwidth = memory_bandwidth();
+    let (runs, verify, context) = (a.runs as usize, a.verify as usize, a.context as usize);
+    let threads = crate::start_threads(a.threads);
+
+    // 1. Inputs, all checked before anything is measured.
+    let target = match &a.target {
+        Some(p) => Some(load_target(p, None)?),
+        None => None,
+    };
+    let mut stand_in = None;
+    let drafter = match (&a.draft, &target, &a.target) {
+        (Some(d), Some(t), Some(tp)) => Some(load_drafter(
+            d,
+            &t.model.shape(),
+            &tp.display().to_string(),
+        )?),
+        (Some(d), None, _) => {
+            let (drafter, head) = drafter_alone(d)?;
+            stand_in = Some(head);
+            Some(drafter)
+        }
+        _ => None,
+    };
+    let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
+    let extra = verify.max(drafts + 1);
+    let positions = context.checked_add(extra).filter(|&p| {
+        target
+            .as_ref()
+            .is_none_or(|t| p <= t.model.hparams().context)
+    });
+    let Some(positions) = positions else {
+        let ctx = target.as_ref().map_or(0, |t| t.model.hparams().context);
+        usage!("--context {context} and {extra} more positions exceed the target's context of {ctx} tokens");
+    };
+    let mut session = match (&target, &a.target) {
+        (Some(t), Some(p)) => Some(
+            t.model
+                .session(positions)
+                .map_err(|e| runtime_error(p, e))?,
+        ),
+        _ => None,
+    };
+    let mut draft_session = match (&drafter, &a.draft) {
+        (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
+        _ => None,
+    };
+
+    // 2. Measurements.
+    let bandwidth = memory_bandwidth()?;
     let mut doc = json!({
         "threads": threads,
         "kernels": dspark_quant::kernels().isa,
         "memory_bandwidth_gb_s": bandwidth / 1e9,
-        "context": a.context,
+        "context": context,
     });
-
-    let tbytes = a.target.as_deref().map(map_input).transpose()?;
-    let tfile = match (&tbytes, &a.target) {
-        (Some(b), Some(p)) => Some(GgufFile::parse(b).with_context(|| format!("{}", p.display()))?),
-        _ => None,
-    };
-    let dbytes = a.draft.as_deref().map(map_input).transpose()?;
-    let dfile = match (&dbytes, &a.draft) {
-        (Some(b), Some(p)) => Some(GgufFile::parse(b).with_context(|| format!("{}", p.display()))?),
-        _ => None,
-    };
-    let max_context = a.context + a.verify.max(64) + 16;
-    let drafter = match (&dfile, &a.draft) {
-        (Some(f), Some(p)) => {
-            Some(Drafter::load(f, max_context).with_context(|| format!("{}", p.display()))?)
-        }
-        _ => None,
-    };
-
-    // The target: the real one, or a head-only stand-in for the drafter.
-    let mut qwen = match (&tfile, &a.target) {
-        (Some(f), Some(p)) => {
-            Some(Qwen3::load(f, max_context).with_context(|| format!("{}", p.display()))?)
-        }
-        _ => None,
-    };
-    let real_target = qwen.is_some();
-    let mut head_only = None;
-    if !real_target {
-        let d = drafter.as_ref().expect("checked above");
-        let vocab = draft_vocab(dfile.as_ref().expect("with the drafter"))?;
-        head_only = Some(HeadOnlyTarget::new(vocab, d.config.hidden, 1));
-    }
-    let target: &mut dyn Target = match (&mut qwen, &mut head_only) {
-        (Some(q), _) => q,
-        (None, Some(h)) => h,
-        _ => unreachable!("one of them is set"),
-    };
-    // (A head-only stand-in is made to fit the drafter; it has no layers to capture.)
-    if let (Some(d), Some(p), true) = (&drafter, &a.draft, real_target) {
-        d.check_target(&*target)
-            .with_context(|| format!("{} does not fit the target", p.display()))?;
-    }
-    let vocab = target.vocab_size() as u64;
-    let prompt: Vec<u32> = (0..(a.context + a.verify.max(64)) as u64)
+    let bound = |b: u64| b as f64 / bandwidth * 1e3;
+    let vocab = session
+        .as_ref()
+        .map(|s| s.shape().vocab)
+        .or(stand_in.as_ref().map(|h| h.shape().vocab))
+        .unwrap_or(1) as u64;
+    let prompt: Vec<u32> = (0..positions as u64)
         .map(|i| ((i * 37 + 11) % vocab) as u32)
         .collect();
     let capture: Vec<usize> = drafter
         .as_ref()
-        .map(|d| d.config.target_layer_ids.clone())
+        .map(|d| d.hparams().target_layer_ids.clone())
         .unwrap_or_default();
 
-    // Target steps.
     let mut decode_ms = None;
     let mut features = Vec::new();
-    if let (Some(f), Some(p)) = (&tfile, &a.target) {
-        let weights = tensor_bytes(f, |_| true);
-        let pre = target.forward(&prompt[..a.context], &capture)?;
+    if let (Some(s), Some(t), Some(p)) = (session.as_mut(), &target, &a.target) {
+        let weights = t.model.weight_bytes();
+        let pre = s.forward(&prompt[..context], &capture, Logits::Last)?;
+        s.commit();
         features = pre.captured;
-        let p0 = target.len();
+        let p0 = s.len();
         let mut step = |n: usize| -> Result<Vec<f64>> {
-            time_runs(a.runs, || {
+            time_runs(runs, || {
                 let t = Instant::now();
-                target.forward(&prompt[a.context..a.context + n], &capture)?;
+                s.forward(&prompt[context..context + n], &capture, Logits::All)?;
                 let dt = t.elapsed();
-                target.truncate(p0);
+                s.rollback(p0)?;
                 Ok(dt)
             })
         };
         let decode = summary(step(1)?);
-        let verify = summary(step(a.verify)?);
+        let verify_t = summary(step(verify)?);
         decode_ms = Some(median(&decode));
         doc["target"] = json!({
             "file": p.display().to_string(),
             "tensor_bytes": weights,
             "decode": decode,
             "decode_tokens_per_second": 1e3 / median(&decode),
-            "decode_bound_ms": weights as f64 / bandwidth * 1e3,
-            "verify": {"tokens": a.verify, "median_ms": median(&verify), "min_ms": verify["min_ms"]},
+            "decode_bound_ms": bound(weights),
+            "verify": {"tokens": verify, "median_ms": median(&verify_t), "min_ms": verify_t["min_ms"]},
         });
     }
 
-    // Drafter steps.
-    if let (Some(mut d), Some(f), Some(p)) = (drafter, &dfile, &a.draft) {
-        let width = d.config.target_layer_ids.len() * d.config.hidden;
+    if let (Some(d), Some(ds), Some(p)) = (&drafter, draft_session.as_mut(), &a.draft) {
+        let width = d.hparams().target_layer_ids.len() * d.hparams().hidden;
         if features.is_empty() {
             let mut rng = SplitMix64(7);
-            features = (0..a.context * width).map(|_| rng.normal()).collect();
+            features = (0..context * width).map(|_| rng.normal()).collect();
         }
-        d.add_context(&features[..a.context * width])?;
-        let anchor = prompt[a.context];
+        ds.add_context(&features[..context * width])?;
+        let target_ref: &dyn Target = match (&session, &stand_in) {
+            (Some(s), _) => s,
+            (None, Some(h)) => h,
+            _ => unreachable!("a drafter has a target or a stand-in"),
+        };
+        let anchor = prompt[context];
         let mut phases = (Vec::new(), Vec::new(), Vec::new());
-        let mut drafts = 0;
-        let block = summary(time_runs(a.runs, || {
+        let block = summary(time_runs(runs, || {
             let t = Instant::now();
-            let out = d.draft(&*target, anchor)?;
+            let out = ds.draft(target_ref, anchor)?;
             let dt = t.elapsed();
             phases.0.push(out.times.layers.as_secs_f64() * 1e3);
             phases.1.push(out.times.lm_head.as_secs_f64() * 1e3);
             phases.2.push(out.times.heads.as_secs_f64() * 1e3);
-            drafts = out.tokens.len();
             Ok(dt)
         })?);
         // Drop the warm-up runs' phases.
@@ -244,32 +280,32 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             summary(phases.2.split_off(2)),
         );
         // The context append of a fully accepted round: anchor + drafts positions.
-        let append_rows = drafts + 1;
-        let rows = &features[..append_rows.min(a.context) * width];
-        let len = d.len();
-        let append = summary(time_runs(a.runs, || {
+        let append_rows = (drafts + 1).min(context);
+        let rows = &features[..append_rows * width];
+        let len = ds.len();
+        let append = summary(time_runs(runs, || {
             let t = Instant::now();
-            d.add_context(rows)?;
+            ds.add_context(rows)?;
             let dt = t.elapsed();
-            d.truncate(len);
+            ds.truncate(len);
             Ok(dt)
         })?);
         // Bytes one block must stream: every decoder-layer tensor, the final norm, the
         // Markov head's W2 once per draft (each step depends on the previous token), and
-        // the target's LM head once.
-        let layer_bytes = tensor_bytes(f, |n| n.starts_with("blk.") || n == "output_norm.weight");
-        let w2 = tensor_bytes(f, |n| n == "dflash.dspark.markov.w2");
-        let drafter_bytes = layer_bytes + w2 * drafts as u64;
-        let head_bytes = target.vocab_size() as u64 * (target.hidden_size() as u64 / 32 * 34);
-        let bound = |b: u64| b as f64 / bandwidth * 1e3;
+        // the LM head once.
+        let layer_bytes = d.layer_bytes();
+        let w2 = d.markov_w2_bytes() * drafts as u64;
+        let drafter_bytes = layer_bytes + w2;
+        let shape = target_ref.shape();
+        let head_bytes = shape.vocab as u64 * (shape.hidden as u64 / 32 * 34);
         doc["drafter"] = json!({
             "file": p.display().to_string(),
-            "block_size": d.config.block_size,
+            "block_size": d.hparams().block_size,
             "drafts": drafts,
-            "target": if real_target { "the --target model" } else { "random head-only (Q8_0 LM head)" },
+            "target": if session.is_some() { "the --target model" } else { "random head-only (Q8_0 LM head)" },
             "draft": block,
             "phases": {"layers": l, "lm_head": h, "heads": m},
-            "bytes": {"layers": layer_bytes, "markov_w2_per_block": w2 * drafts as u64, "lm_head": head_bytes},
+            "bytes": {"layers": layer_bytes, "markov_w2_per_block": w2, "lm_head": head_bytes},
             "bound_ms": {
                 "drafter": bound(drafter_bytes),
                 "lm_head": bound(head_bytes),
@@ -279,21 +315,21 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             "drafter_phases_over_bound": (median(&l) + median(&m)) / bound(drafter_bytes),
             "append_context": {"positions": append_rows, "median_ms": median(&append), "min_ms": append["min_ms"]},
         });
-        if let (Some(dec), true) = (decode_ms, real_target) {
+        if let (Some(dec), Some(s)) = (decode_ms, session.as_mut()) {
             // A round: draft, verify anchor + drafts, append the accepted positions.
-            let p0 = target.len();
+            let p0 = s.len();
             let n = drafts + 1;
-            let verify = summary(time_runs(a.runs, || {
+            let verify_t = summary(time_runs(runs, || {
                 let t = Instant::now();
-                target.forward(&prompt[a.context..a.context + n], &capture)?;
+                s.forward(&prompt[context..context + n], &capture, Logits::All)?;
                 let dt = t.elapsed();
-                target.truncate(p0);
+                s.rollback(p0)?;
                 Ok(dt)
             })?);
-            let round = median(&block) + median(&verify) + median(&append);
+            let round = median(&block) + median(&verify_t) + median(&append);
             doc["round"] = json!({
                 "verify_tokens": n,
-                "verify": verify,
+                "verify": verify_t,
                 "round_ms": round,
                 "break_even_acceptance_length": round / dec,
                 "max_speedup": n as f64 * dec / round,
@@ -304,24 +340,90 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if a.json {
         println!("{doc}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        print_table(&doc);
     }
     Ok(Outcome::Ok)
 }
 
-/// The drafter's target vocabulary: rows of the Markov head, else `dflash-draft` keys.
-fn draft_vocab(f: &GgufFile<'_>) -> Result<usize> {
-    if let Ok(t) = f.tensor("dflash.dspark.markov.w2") {
-        if let Some(&v) = t.info.dims.get(1) {
-            return Ok(v as usize);
-        }
+/// The measurements as a table.
+fn print_table(d: &Value) {
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+    println!(
+        "threads {}, kernels {}, memory bandwidth {} GB/s, context {}",
+        d["threads"],
+        d["kernels"].as_str().unwrap_or("?"),
+        f(&d["memory_bandwidth_gb_s"]),
+        d["context"]
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "step", "median ms", "min ms", "bound ms"
+    );
+    let row = |name: String, v: &Value, bound: &Value| {
+        println!(
+            "{name:<34} {:>10} {:>10} {:>10}",
+            f(&v["median_ms"]),
+            f(&v["min_ms"]),
+            f(bound)
+        );
+    };
+    let t = &d["target"];
+    if t.is_object() {
+        row(
+            "target decode (1 token)".into(),
+            &t["decode"],
+            &t["decode_bound_ms"],
+        );
+        row(
+            format!("target verify ({} tokens)", t["verify"]["tokens"]),
+            &t["verify"],
+            &Value::Null,
+        );
     }
-    let arch = f
-        .get("general.architecture")
-        .and_then(|v| v.as_str())
-        .unwrap_or("dflash-draft");
-    match f.get(&format!("{arch}.vocab_size")) {
-        Some(dspark_gguf::Value::U32(v)) => Ok(*v as usize),
-        _ => bail!("the drafter has no Markov head nor {arch}.vocab_size: give --target"),
+    let k = &d["drafter"];
+    if k.is_object() {
+        row(
+            format!("draft block ({} drafts)", k["drafts"]),
+            &k["draft"],
+            &k["bound_ms"]["block"],
+        );
+        row(
+            "  layers".into(),
+            &k["phases"]["layers"],
+            &k["bound_ms"]["drafter"],
+        );
+        row(
+            "  LM head".into(),
+            &k["phases"]["lm_head"],
+            &k["bound_ms"]["lm_head"],
+        );
+        row("  DSpark heads".into(), &k["phases"]["heads"], &Value::Null);
+        row(
+            format!(
+                "context append ({} positions)",
+                k["append_context"]["positions"]
+            ),
+            &k["append_context"],
+            &Value::Null,
+        );
+        println!(
+            "draft / bound: {} (drafter target: {})",
+            f(&k["draft_over_bound"]),
+            k["target"].as_str().unwrap_or("?")
+        );
+    }
+    let r = &d["round"];
+    if r.is_object() {
+        row(
+            format!("target verify ({} tokens)", r["verify_tokens"]),
+            &r["verify"],
+            &Value::Null,
+        );
+        println!(
+            "round {} ms; break-even acceptance length {} tokens per round; at full acceptance {}x",
+            f(&r["round_ms"]),
+            f(&r["break_even_acceptance_length"]),
+            f(&r["max_speedup"])
+        );
     }
 }

@@ -3,17 +3,18 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use dspark_convert::config::DraftConfig;
 use dspark_convert::plan::{default_file_name, model_name, Options, OutType, Plan};
 use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
-use dspark_convert::synth::{write_synth, SynthGeometry};
 use dspark_convert::write::write_gguf;
-use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry, SynthVocab};
+use dspark_output::{check_distinct, check_output, parent_or_cwd, AtomicFile};
+use dspark_testkit::drafter::{write_synth, SynthGeometry};
+use dspark_testkit::target::{pair_drafter, write_pair, Qwen3Geometry};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{Outcome, CANCEL};
@@ -44,7 +45,7 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub source_revision: Option<String>,
     /// Quantization threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
     /// Print the plan and the exact output size; write nothing.
     #[arg(long)]
@@ -165,110 +166,6 @@ fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Suffix of every temporary file dspark writes; a stale one (its run was killed) is
-/// recognised by it, and by holding no lock.
-pub const PARTIAL_SUFFIX: &str = ".dspark-partial";
-
-/// Stale temporaries younger than this are left alone: their run may have created the
-/// file and not yet locked it.
-const STALE_AFTER: Duration = Duration::from_secs(2);
-
-/// A locked temporary file in `dir` named after `final_name`, removed on drop unless
-/// persisted. The lock (held until the file is closed) tells other runs it is live.
-fn temp_in(dir: &Path, final_name: &str) -> Result<tempfile::NamedTempFile> {
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{final_name}."))
-        .suffix(PARTIAL_SUFFIX)
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .tempfile_in(dir)
-        .with_context(|| {
-            format!(
-                "{}: cannot create a file in this folder (is it writable?)",
-                dir.display()
-            )
-        })?;
-    tmp.as_file().try_lock().map_err(|e| {
-        anyhow::anyhow!(
-            "{}: cannot lock the temporary file: {e}",
-            tmp.path().display()
-        )
-    })?;
-    Ok(tmp)
-}
-
-/// Removes temporary files of earlier runs into `dir` that were killed (SIGKILL, power
-/// loss): dspark's suffix, no live run holding their lock, and not brand new.
-fn remove_stale_temps(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with('.') && name.ends_with(PARTIAL_SUFFIX)) {
-            continue;
-        }
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let young = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.elapsed().ok())
-            .is_none_or(|age| age < STALE_AFTER);
-        if !meta.is_file() || young {
-            continue;
-        }
-        let Ok(file) = std::fs::File::open(&path) else {
-            continue;
-        };
-        if file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
-            eprintln!(
-                "dspark: removed {}, left by an interrupted run",
-                path.display()
-            );
-        }
-    }
-}
-
-/// Reserves `len` bytes for `file` so a full disk is reported before any work, naming
-/// how much is needed and free. Filesystems without `fallocate` are written as usual.
-fn reserve(file: &std::fs::File, len: u64, dest: &Path) -> Result<()> {
-    use rustix::fs::{fallocate, fstatvfs, FallocateFlags};
-    match fallocate(file, FallocateFlags::empty(), 0, len) {
-        Ok(()) => Ok(()),
-        Err(rustix::io::Errno::NOSPC) => {
-            let free = fstatvfs(file).map(|v| v.f_bavail * v.f_frsize).ok();
-            let free = free.map_or(String::new(), |f| format!(", {f} are free"));
-            bail!("{}: no space left on device: the output needs {len} bytes{free}; nothing was written", dest.display())
-        }
-        Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
-        Err(e) => Err(std::io::Error::from(e))
-            .with_context(|| format!("{}: cannot reserve {len} bytes", dest.display())),
-    }
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-fn parent_or_cwd(p: &Path) -> PathBuf {
-    match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-fn file_name_of(p: &Path) -> Result<String> {
-    Ok(p.file_name()
-        .with_context(|| format!("{}: not a file path", p.display()))?
-        .to_string_lossy()
-        .into_owned())
-}
-
 fn cancelled() -> Result<()> {
     if CANCEL.load(Ordering::SeqCst) {
         return Err(dspark_convert::error::ConvertError::Cancelled.into());
@@ -286,52 +183,46 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
         allow_extra: a.allow_extra,
         allow_nonfinite: a.allow_nonfinite,
     };
-    // 1. The destination is known from the options alone: check it before the source.
+    // 1. The destination is known from the options alone: checked first (the report and
+    //    the GGUF differ, neither exists unless --force, the folder takes a temporary
+    //    file). Then the source's files, from its folder listing: no output may be one.
     let out = a.out.clone().unwrap_or_else(|| {
         PathBuf::from(default_file_name(
             &model_name(&a.src, &options),
             options.outtype,
         ))
     });
-    let (out_dir, out_name) = (parent_or_cwd(&out), file_name_of(&out)?);
     let report_path = a
         .report
         .clone()
-        .unwrap_or_else(|| out_dir.join(REPORT_FILE));
-    let (report_dir, report_name) = (parent_or_cwd(&report_path), file_name_of(&report_path)?);
+        .unwrap_or_else(|| parent_or_cwd(&out).join(REPORT_FILE));
     let mut temps = None;
     if !a.dry_run {
-        if !a.force {
-            for p in [&out, &report_path] {
-                if p.exists() {
-                    bail!(
-                        "{}: already exists (use --force to replace it, or choose another path)",
-                        p.display()
-                    );
-                }
-            }
+        check_distinct(&[&out, &report_path])?;
+        for p in [&out, &report_path] {
+            check_output(p, &[], a.force)?;
         }
-        for d in [&out_dir, &report_dir] {
-            if !d.is_dir() {
-                bail!("{}: the output folder does not exist", d.display());
-            }
-            remove_stale_temps(d);
+        temps = Some((AtomicFile::create(&out)?, AtomicFile::create(&report_path)?));
+    }
+    let layout = SourceLayout::discover(&a.src)?;
+    if !a.dry_run {
+        let inputs = layout.input_files();
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+        for p in [&out, &report_path] {
+            check_output(p, &inputs, a.force)?;
         }
-        temps = Some((
-            temp_in(&out_dir, &out_name)?,
-            temp_in(&report_dir, &report_name)?,
-        ));
     }
 
     // 2. The source, checked completely before any data is read.
-    let (config, ckpt) = open_source(&a.src)?;
+    let config = DraftConfig::read(&layout.config_path())?;
+    let ckpt = Checkpoint::open(layout)?;
     let plan = Plan::new(config, &ckpt, options)?;
-    let Some((tmp, mut rtmp)) = temps else {
+    let Some((tmp, rtmp)) = temps else {
         print_plan(&plan, &out)?;
         return Ok(Outcome::Ok);
     };
     let layout = plan.layout();
-    reserve(tmp.as_file(), layout.file_size, &out)?;
+    tmp.reserve(layout.file_size)?;
     cancelled()?;
 
     // 3. Convert.
@@ -341,7 +232,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let result = write_gguf(
         &plan,
         &ckpt,
-        tmp.as_file(),
+        tmp.file(),
         &out,
         threads,
         &CANCEL,
@@ -356,6 +247,9 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 
     // 4. The report, then both renames.
     let sizes: Vec<u64> = ckpt.files.iter().map(|f| f.len).collect();
+    let out_name = out
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
     let report = Report::new(&plan, &result, &sizes, &out_name);
     let report_err = |e: std::io::Error| {
         let msg = if e.kind() == std::io::ErrorKind::StorageFull {
@@ -368,24 +262,13 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
             report_path.display()
         )
     };
-    rtmp.write_all(report.to_json().as_bytes())
+    rtmp.file()
+        .write_all(report.to_json().as_bytes())
         .map_err(report_err)?;
-    rtmp.as_file().sync_all().map_err(report_err)?;
+    rtmp.sync()?;
     cancelled()?;
-    tmp.persist(&out).with_context(|| {
-        format!(
-            "{}: cannot move the finished file into place",
-            out.display()
-        )
-    })?;
-    rtmp.persist(&report_path).with_context(|| {
-        format!(
-            "{}: cannot move the report into place",
-            report_path.display()
-        )
-    })?;
-    sync_dir(&out_dir);
-    sync_dir(&report_dir);
+    tmp.commit()?;
+    rtmp.commit()?;
 
     if !a.quiet {
         let (rms, max, _) = error_summary(&plan, &result);
@@ -412,41 +295,13 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// `synth --geometry qwen3-*`: `DIR/target.gguf` (random Qwen3, Q8_0 matrices) and
-/// `DIR/draft/` (a DSpark drafter checkpoint that fits it), with `DIR/tokenizer.json` for
-/// the target's synthetic vocabulary.
+/// `synth --geometry qwen3-*`: `DIR/target.gguf` (random Qwen3, Q8_0 matrices),
+/// `DIR/tokenizer.json` for its synthetic vocabulary, and `DIR/draft/` (a DSpark drafter
+/// checkpoint that fits it).
 fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("{}: cannot create", a.out.display()))?;
-    let bytes = qwen3_gguf(t, a.seed, dspark_gguf::GgmlType::Q8_0);
-    let target = a.out.join("target.gguf");
-    let mut tmp = temp_in(&a.out, "target.gguf")?;
-    tmp.write_all(&bytes)
-        .with_context(|| format!("{}: cannot write", target.display()))?;
-    tmp.persist(&target)
-        .with_context(|| format!("{}: cannot move into place", target.display()))?;
-    let tokenizer = a.out.join("tokenizer.json");
-    let mut tmp = temp_in(&a.out, "tokenizer.json")?;
-    serde_json::to_writer(&mut tmp, &SynthVocab::new(t.vocab).tokenizer_json())
-        .with_context(|| format!("{}: cannot write", tokenizer.display()))?;
-    tmp.persist(&tokenizer)
-        .with_context(|| format!("{}: cannot move into place", tokenizer.display()))?;
-    let mut d = SynthGeometry::for_target(
-        "draft",
-        t.hidden as u64,
-        t.heads as u64,
-        t.kv_heads as u64,
-        t.head_dim as u64,
-        t.ffn as u64,
-        t.vocab as u64,
-        t.layers as u64,
-        t.capture_layers(),
-    );
-    d.block_size = t.draft_block_size();
-    write_synth(&d, &a.out.join("draft"), a.seed, &|_, _| {
-        !CANCEL.load(Ordering::SeqCst)
-    })?;
+    write_pair(t, &a.out, a.seed, &|_, _| !CANCEL.load(Ordering::SeqCst))?;
     if !a.quiet {
+        let d = pair_drafter(t);
         println!(
             "{}: target.gguf ({} layers, hidden {}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
             a.out.display(),

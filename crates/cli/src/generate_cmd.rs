@@ -1,43 +1,60 @@
 //! `dspark generate`: greedy decoding with a Qwen3 target, speculative with a drafter.
+//!
+//! Text (or ids, without a tokenizer) streams to stdout as tokens are committed;
+//! statistics go to stderr, or with `--json` everything goes to stdout as one object.
+//! Ctrl-C or SIGTERM stops within one step: what was generated is printed, with the
+//! statistics, and the exit code is 130.
 
-use std::io::{Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
-use dspark_gguf::{GgufFile, Value};
-use dspark_runtime::spec::{greedy_timed, speculative_traced, Round, Stats};
-use dspark_runtime::{Drafter, Qwen3, Target};
+use dspark_output::{check_output, AtomicFile};
+use dspark_runtime::generate::{
+    autoregressive, speculative, Observer, Request, Round, Stats, StopReason,
+};
+use dspark_runtime::tokenizer::{TextStream, Tokenizer};
 use serde_json::json;
 
-use crate::mmap::map_input;
-use crate::Outcome;
+use crate::load::{load_drafter, load_target, runtime_error};
+use crate::{usage, Outcome, CANCEL};
+
+/// Largest prompt file read (`-f`).
+const MAX_PROMPT_BYTES: u64 = 64 << 20;
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt_tokens", "prompt", "prompt_file"])))]
 pub struct GenerateArgs {
     /// Target model: a GGUF in llama.cpp's qwen3 layout.
-    #[arg(long)]
+    #[arg(short = 'm', long, visible_alias = "model")]
     pub target: PathBuf,
-    /// Drafter: a dflash-draft GGUF. Without it, plain autoregressive decoding.
-    #[arg(long)]
+    /// Drafter: a dflash-draft GGUF (llama.cpp spelling: -md). Without it, plain decoding.
+    #[arg(long, visible_alias = "model-draft")]
     pub draft: Option<PathBuf>,
     /// Prompt as comma-separated token ids.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        required_unless_present = "prompt",
-        conflicts_with = "prompt"
-    )]
+    #[arg(long, value_delimiter = ',')]
     pub prompt_tokens: Vec<u32>,
-    /// Prompt as text, encoded with --tokenizer (no special tokens are added).
-    #[arg(long, requires = "tokenizer")]
+    /// Prompt as text (encoded with the tokenizer; no special tokens are added).
+    #[arg(short = 'p', long)]
     pub prompt: Option<String>,
-    /// A Hugging Face tokenizer.json: encodes --prompt and decodes the output to text.
+    /// Prompt as the text of a file (`-` reads stdin).
+    #[arg(short = 'f', long, visible_alias = "file")]
+    pub prompt_file: Option<PathBuf>,
+    /// A Hugging Face tokenizer.json (default: the target GGUF's own tokenizer.ggml keys).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Tokens to generate at most.
-    #[arg(long, default_value_t = 64)]
-    pub max_tokens: usize,
+    #[arg(short = 'n', long, visible_alias = "n-predict", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: u64,
+    /// Tokens the prompt and the output may hold together (default: the target's context).
+    #[arg(short = 'c', long, visible_alias = "ctx-size", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context: Option<u64>,
+    /// When the prompt and --max-tokens exceed the context, stop at the context instead of
+    /// refusing the request.
+    #[arg(long)]
+    pub stop_at_context: bool,
     /// Stop tokens (comma-separated ids); generation ends after the first one. The target's
     /// end-of-sequence token (`tokenizer.ggml.eos_token_id`) is one unless --ignore-eos.
     #[arg(long, value_delimiter = ',')]
@@ -46,207 +63,311 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub ignore_eos: bool,
     /// Worker threads (default: all cores).
-    #[arg(long)]
+    #[arg(short = 't', long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
-    /// Write one JSON line per round to this file.
+    /// Write one JSON line per speculative round to this file (new unless --force).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Print one JSON object: `tokens` (generated ids) and `stats`.
+    /// Replace an existing --trace file.
+    #[arg(long)]
+    pub force: bool,
+    /// Print one JSON object to stdout: `tokens`, `prompt_tokens`, `text` (with a
+    /// tokenizer) and `stats` (see `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(a: GenerateArgs) -> Result<Outcome> {
-    if a.max_tokens == 0 {
-        bail!("--max-tokens must be at least 1");
-    }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(crate::threads(a.threads))
-        .build_global()
-        .ok();
-    let tbytes = map_input(&a.target)?;
-    let tfile = GgufFile::parse(&tbytes).with_context(|| format!("{}", a.target.display()))?;
-    let dbytes = a.draft.as_deref().map(map_input).transpose()?;
-    let dfile = match (&dbytes, &a.draft) {
-        (Some(b), Some(p)) => Some(GgufFile::parse(b).with_context(|| format!("{}", p.display()))?),
-        _ => None,
-    };
-    let tokenizer = match &a.tokenizer {
-        Some(p) => Some(Tokenizer::load(p)?),
-        None => None,
-    };
-    let prompt = match (&a.prompt, &tokenizer) {
-        (Some(text), Some(tok)) => tok.encode(text)?,
-        _ => a.prompt_tokens.clone(),
-    };
-    if prompt.is_empty() {
-        bail!("the prompt is empty: generation needs at least one token");
-    }
-    let mut stop = a.stop.clone();
-    if !a.ignore_eos {
-        if let Some(Value::U32(eos)) = tfile.get("tokenizer.ggml.eos_token_id") {
-            stop.push(*eos);
-        }
-    }
-    let context = prompt.len() + a.max_tokens + 64;
-    let mut target =
-        Qwen3::load(&tfile, context).with_context(|| format!("{}", a.target.display()))?;
-    let vocab = target.vocab_size();
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-        let source = match &a.tokenizer {
-            Some(p) if a.prompt.is_some() => format!(" (from {})", p.display()),
-            _ => String::new(),
-        };
-        bail!(
-            "prompt token {bad}{source} is outside the vocabulary of {} ({vocab} tokens)",
-            a.target.display()
-        );
-    }
-    let mut trace = match &a.trace {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?,
-        )),
-        None => None,
-    };
-    let mut trace_err = None;
-    let (tokens, stats) = match &dfile {
-        None => greedy_timed(&mut target, &prompt, a.max_tokens, &stop)?,
-        Some(f) => {
-            let draft_path = a.draft.as_deref().unwrap_or(std::path::Path::new("draft"));
-            let mut drafter =
-                Drafter::load(f, context).with_context(|| draft_path.display().to_string())?;
-            drafter.check_target(&target).with_context(|| {
-                format!(
-                    "{} does not fit the target {}",
-                    draft_path.display(),
-                    a.target.display()
-                )
-            })?;
-            let mut on_round = |r: &Round| {
-                if let Some(w) = trace.as_mut() {
-                    let line = json!({
-                        "position": r.position, "anchor": r.anchor, "drafted": r.drafted,
-                        "confidences": r.confidences, "verified": r.verified, "accepted": r.accepted,
-                        "committed": r.committed,
-                    });
-                    if let Err(e) = writeln!(w, "{line}") {
-                        trace_err.get_or_insert(e);
-                    }
-                }
-            };
-            speculative_traced(
-                &mut target,
-                &mut drafter,
-                &prompt,
-                a.max_tokens,
-                &stop,
-                &mut on_round,
-            )?
-        }
-    };
-    if let Some(w) = trace.as_mut() {
-        w.flush()
-            .map_err(|e| trace_err.take().unwrap_or(e))
-            .context("cannot write the trace")?;
-    }
-    if let Some(e) = trace_err {
-        return Err(e).context("cannot write the trace");
-    }
-    let doc = stats_json(&tokens, &stats);
-    let text = match &tokenizer {
-        Some(t) => Some(t.decode(&tokens)?),
-        None => None,
-    };
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        let mut obj = json!({"tokens": tokens, "stats": doc});
-        if let Some(text) = text {
-            obj["prompt_tokens"] = json!(prompt);
-            obj["text"] = json!(text);
-        }
-        writeln!(out, "{obj}")?;
-    } else {
-        if let Some(text) = text {
-            writeln!(out, "{text}")?;
-        }
-        let ids: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
-        writeln!(out, "{}", ids.join(" "))?;
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-    }
-    Ok(Outcome::Ok)
+/// Streams committed tokens to stdout and rounds to the trace.
+struct Printer<'t> {
+    stream: Option<TextStream<'t>>,
+    stdout: Option<std::io::StdoutLock<'static>>,
+    ids: usize,
+    trace: Option<BufWriter<&'t std::fs::File>>,
+    error: Option<std::io::Error>,
 }
 
-/// The `stats` object of `--json`: rounds, mean acceptance length and its histogram
-/// (`acceptance_histogram[m]` = rounds that accepted m drafts), tokens/s, and the split
-/// of wall time between target, drafter and the rest (bookkeeping).
-fn stats_json(tokens: &[u32], s: &Stats) -> serde_json::Value {
-    let total = s.total_time.as_secs_f64();
-    let bookkeeping = (total - s.target_time.as_secs_f64() - s.draft_time.as_secs_f64()).max(0.0);
-    json!({
-        "generated": tokens.len(),
-        "rounds": s.rounds,
-        "mean_acceptance_length": if s.rounds > 0 { s.mean_acceptance_length() } else { 1.0 },
-        "acceptance_histogram": s.accepted,
-        "tokens_per_second": tokens.len() as f64 / total.max(1e-9),
-        "seconds": { "total": total, "target": s.target_time.as_secs_f64(), "drafter": s.draft_time.as_secs_f64(), "bookkeeping": bookkeeping },
+impl Printer<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Some(out) = self.stdout.as_mut() {
+            if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+impl Observer for Printer<'_> {
+    fn tokens(&mut self, tokens: &[u32]) {
+        let mut bytes = Vec::new();
+        for &t in tokens {
+            match self.stream.as_mut() {
+                Some(s) => match s.push(t) {
+                    Ok(b) => bytes.extend(b),
+                    Err(e) => {
+                        self.error
+                            .get_or_insert(std::io::Error::other(e.to_string()));
+                    }
+                },
+                None => {
+                    if self.ids > 0 {
+                        bytes.push(b' ');
+                    }
+                    bytes.extend(t.to_string().as_bytes());
+                }
+            }
+            self.ids += 1;
+        }
+        self.write(&bytes);
+    }
+
+    fn round(&mut self, r: &Round) {
+        if let (Some(w), None) = (self.trace.as_mut(), &self.error) {
+            let line = serde_json::to_string(r).expect("a round serializes");
+            if let Err(e) = writeln!(w, "{line}") {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    fn interrupted(&self) -> bool {
+        CANCEL.load(Ordering::SeqCst) || self.error.is_some()
+    }
+}
+
+/// The prompt's text from `-p` or `-f` (`-` = stdin), if given as text.
+fn prompt_text(a: &GenerateArgs) -> Result<Option<String>> {
+    if let Some(p) = &a.prompt {
+        return Ok(Some(p.clone()));
+    }
+    let Some(path) = &a.prompt_file else {
+        return Ok(None);
+    };
+    let bytes = if path == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(MAX_PROMPT_BYTES + 1)
+            .read_to_end(&mut b)
+            .context("cannot read the prompt from stdin")?;
+        b
+    } else {
+        dspark_runtime::tokenizer::read_capped(path, MAX_PROMPT_BYTES + 1)
+            .map_err(anyhow::Error::new)?
+    };
+    if bytes.len() as u64 > MAX_PROMPT_BYTES {
+        usage!(
+            "{}: a prompt file holds at most {} MiB",
+            path.display(),
+            MAX_PROMPT_BYTES >> 20
+        );
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: the prompt is not UTF-8 text (byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 
-/// A Hugging Face `tokenizer.json`, with errors that name the file.
-struct Tokenizer {
-    inner: tokenizers::Tokenizer,
-    path: PathBuf,
-}
-
-/// Larger tokenizer files are refused before parsing (real ones are a few MB).
-const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
-
-impl Tokenizer {
-    fn load(path: &Path) -> Result<Tokenizer> {
-        let bytes = read_capped(path, MAX_TOKENIZER_BYTES)?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
-            .map_err(|e| anyhow!("{}: not a Hugging Face tokenizer.json: {e}", path.display()))?;
-        Ok(Tokenizer {
-            inner,
-            path: path.to_owned(),
-        })
+pub fn run(a: GenerateArgs) -> Result<Outcome> {
+    // 1. Outputs against inputs, before anything is read.
+    let mut inputs: Vec<&Path> = vec![&a.target];
+    inputs.extend(a.draft.as_deref());
+    inputs.extend(a.tokenizer.as_deref());
+    inputs.extend(a.prompt_file.as_deref().filter(|p| *p != Path::new("-")));
+    if let Some(t) = &a.trace {
+        check_output(t, &inputs, a.force)?;
     }
+    crate::start_threads(a.threads);
 
-    fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| anyhow!("{}: cannot encode the prompt: {e}", self.path.display()))?;
-        Ok(enc.get_ids().to_vec())
+    // 2. Models and tokenizer, each checked by its contract.
+    let target = load_target(&a.target, a.tokenizer.as_deref())?;
+    let model = &target.model;
+    let hp = model.hparams().clone();
+    let text = prompt_text(&a)?;
+    let tokenizer = match (&target.tokenizer, &target.tokenizer_problem, &text) {
+        (Some(t), _, _) => Some(t),
+        (None, Some(problem), Some(_)) => anyhow::bail!("{problem}; a text prompt needs a tokenizer"),
+        (None, None, Some(_)) => usage!(
+            "{} carries no tokenizer: give --tokenizer tokenizer.json, or the prompt as --prompt-tokens",
+            a.target.display()
+        ),
+        (None, problem, None) => {
+            if let Some(p) = problem {
+                eprintln!("dspark: {p}; printing token ids");
+            }
+            None
+        }
+    };
+    let prompt = match (&text, tokenizer) {
+        (Some(t), Some(tok)) => tok.encode(t).map_err(anyhow::Error::new)?,
+        _ => a.prompt_tokens.clone(),
+    };
+    if prompt.is_empty() {
+        usage!("the prompt is empty: generation needs at least one token");
     }
-
-    fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| anyhow!("{}: cannot decode the output: {e}", self.path.display()))
-    }
-}
-
-/// Reads a whole regular file of at most `cap` bytes.
-fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let meta = file
-        .metadata()
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    if !meta.is_file() {
-        bail!("{}: not a regular file", path.display());
-    }
-    let mut bytes = Vec::new();
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    if bytes.len() as u64 > cap {
-        bail!(
-            "{}: larger than {} MiB; not a tokenizer.json",
-            path.display(),
-            cap >> 20
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= hp.vocab) {
+        let from = if text.is_some() {
+            " (from the tokenizer)"
+        } else {
+            ""
+        };
+        usage!(
+            "prompt token {bad}{from} is outside the vocabulary of {} ({} tokens)",
+            a.target.display(),
+            hp.vocab
         );
     }
-    Ok(bytes)
+    if let Some(&bad) = a.stop.iter().find(|&&t| t as usize >= hp.vocab) {
+        usage!(
+            "--stop token {bad} is outside the vocabulary of {} ({} tokens)",
+            a.target.display(),
+            hp.vocab
+        );
+    }
+    let drafter = match &a.draft {
+        Some(p) => Some(load_drafter(
+            p,
+            &model.shape(),
+            &a.target.display().to_string(),
+        )?),
+        None => None,
+    };
+
+    // 3. The request, within the context: refused before any work, or clipped when asked.
+    let context = match a.context {
+        Some(c) if c as usize > hp.context => usage!(
+            "--context {c} exceeds the target's context of {} tokens",
+            hp.context
+        ),
+        Some(c) => c as usize,
+        None => hp.context,
+    };
+    let max_tokens = usize::try_from(a.max_tokens).unwrap_or(usize::MAX);
+    let wanted = prompt.len().saturating_add(max_tokens);
+    if wanted > context && !a.stop_at_context {
+        usage!(
+            "the prompt ({} tokens) and --max-tokens ({max_tokens}) need {wanted} positions, beyond the context of {context} tokens; lower --max-tokens, or pass --stop-at-context to stop when the context is full",
+            prompt.len()
+        );
+    }
+    if prompt.len() >= context {
+        usage!(
+            "the prompt ({} tokens) leaves no room in the context of {context} tokens",
+            prompt.len()
+        );
+    }
+    let eos = if a.ignore_eos {
+        None
+    } else {
+        model.special_tokens().eos
+    };
+    let req = Request {
+        prompt: &prompt,
+        max_tokens,
+        context,
+        stop: &a.stop,
+        eos,
+    };
+    let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
+    let positions = req.positions(drafts).min(context);
+    let mut session = model
+        .session(positions)
+        .map_err(|e| runtime_error(&a.target, e))?;
+    let mut draft_session = match (&drafter, &a.draft) {
+        (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
+        _ => None,
+    };
+
+    // 4. Run, streaming.
+    let trace_file = match &a.trace {
+        Some(p) => Some(AtomicFile::create(p)?),
+        None => None,
+    };
+    let mut printer = Printer {
+        stream: tokenizer.filter(|_| !a.json).map(Tokenizer::stream),
+        stdout: (!a.json).then(|| std::io::stdout().lock()),
+        ids: 0,
+        trace: trace_file.as_ref().map(|f| BufWriter::new(f.file())),
+        error: None,
+    };
+    let result = match draft_session.as_mut() {
+        None => autoregressive(&mut session, &req, &mut printer),
+        Some(d) => speculative(&mut session, d, &req, &mut printer),
+    };
+    if !a.json {
+        printer.write(b"\n");
+    }
+    let trace_flush = printer.trace.take().map(|mut w| w.flush());
+    let print_error = printer.error.take();
+    drop(printer);
+    // The trace keeps whatever rounds ran, even when the run failed or was interrupted.
+    if let (Some(f), Some(flushed)) = (trace_file, trace_flush) {
+        flushed.context("cannot write the trace")?;
+        f.commit()?;
+    }
+    if let Some(e) = print_error {
+        return Err(e).context("cannot write the output");
+    }
+    let outcome = result.map_err(|e| runtime_error(&a.target, e))?;
+
+    // 5. Statistics.
+    let stats = &outcome.stats;
+    if a.json {
+        let mut doc = json!({"tokens": outcome.tokens, "prompt_tokens": prompt, "stats": stats});
+        if let Some(t) = tokenizer {
+            doc["text"] = json!(t.decode(&outcome.tokens).map_err(anyhow::Error::new)?);
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{doc}")?;
+    } else {
+        print_stats(stats);
+    }
+    Ok(if stats.stop_reason == StopReason::Interrupted {
+        eprintln!("dspark: interrupted");
+        Outcome::Interrupted
+    } else {
+        Outcome::Ok
+    })
+}
+
+/// The statistics, llama.cpp-style, on stderr.
+fn print_stats(s: &Stats) {
+    let ms = |t: f64| t * 1e3;
+    eprintln!(
+        "dspark: prompt eval: {} tokens in {:.2} ms ({:.1} tokens/s)",
+        s.prompt_tokens,
+        ms(s.seconds.prompt),
+        s.prompt_tokens_per_second
+    );
+    eprintln!(
+        "dspark: eval: {} tokens in {:.2} ms ({:.1} tokens/s); {} generated in {:.2} ms ({:.1} tokens/s)",
+        s.generated.saturating_sub(1),
+        ms(s.seconds.eval),
+        s.eval_tokens_per_second,
+        s.generated,
+        ms(s.seconds.total),
+        s.tokens_per_second
+    );
+    if s.rounds > 0 {
+        let rate = 100.0 * s.drafts_accepted as f64 / s.drafts_verified.max(1) as f64;
+        eprintln!(
+            "dspark: speculation: {} rounds, mean acceptance length {:.2}, {} of {} drafts accepted ({rate:.1} %), histogram {:?}",
+            s.rounds, s.mean_acceptance_length, s.drafts_accepted, s.drafts_verified, s.acceptance_histogram
+        );
+    }
+    eprintln!(
+        "dspark: time: target {:.2} ms, drafter {:.2} ms, other {:.2} ms; stop: {}",
+        ms(s.seconds.target),
+        ms(s.seconds.drafter),
+        ms(s.seconds.bookkeeping),
+        serde_json::to_value(s.stop_reason)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    );
 }

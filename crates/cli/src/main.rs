@@ -1,13 +1,17 @@
-//! `dspark`: convert, inspect, verify and synthesize DSpark / DFlash drafter GGUFs.
+//! `dspark`: convert, inspect, verify and synthesize DSpark / DFlash drafter GGUFs; run
+//! them against a target (generate, bench).
 //!
-//! Results go to stdout; progress and diagnostics to stderr, prefixed `dspark: `.
-//! Exit codes: 0 success; 1 failure (bad input, a verification mismatch, an I/O error);
-//! 2 bad command-line usage; 130 interrupted. A broken pipe on stdout exits 0.
+//! Results go to stdout; progress, statistics and diagnostics to stderr, prefixed
+//! `dspark: `. Exit codes: 0 success; 1 failure (bad input, a verification mismatch, an
+//! I/O error); 2 bad command-line usage (including values out of range and requests the
+//! model cannot serve, refused before any work); 130 interrupted. A broken pipe on stdout
+//! exits 0.
 
 mod bench_cmd;
 mod convert_cmd;
 mod generate_cmd;
 mod inspect_cmd;
+mod load;
 mod mmap;
 mod verify_cmd;
 
@@ -16,14 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
-/// Set by Ctrl-C / SIGTERM; long-running commands poll it and clean up.
+/// Set by Ctrl-C / SIGTERM; long-running commands poll it and stop cleanly.
 pub static CANCEL: AtomicBool = AtomicBool::new(false);
 
 #[derive(Parser, Debug)]
 #[command(
     name = "dspark",
     version,
-    about = "DSpark / DFlash drafter toolkit: convert checkpoints to reproducible GGUF, inspect and verify them."
+    about = "DSpark / DFlash drafter toolkit: convert checkpoints to reproducible GGUF, inspect and verify them, run them against a target."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,11 +38,11 @@ struct Cli {
 enum Command {
     /// Convert a drafter checkpoint folder (config.json + safetensors) to a dflash-draft GGUF.
     Convert(convert_cmd::ConvertArgs),
-    /// Print a GGUF file's header, metadata, tensors and contract summary.
+    /// Print a GGUF file's header, metadata, tensors and a summary of what it is.
     Inspect(inspect_cmd::InspectArgs),
-    /// Prove a GGUF file: strict parse, dflash-draft contract, report, bit-exact source.
+    /// Prove a GGUF file: strict parse, its kind's contract, report, bit-exact source.
     Verify(verify_cmd::VerifyArgs),
-    /// Write a synthetic drafter checkpoint (config.json + BF16 model.safetensors).
+    /// Write a synthetic drafter checkpoint, or a synthetic target with its drafter.
     Synth(convert_cmd::SynthArgs),
     /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy, lossless).
     Generate(generate_cmd::GenerateArgs),
@@ -46,14 +50,32 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
 }
 
-/// Most worker threads a command starts, whatever `--threads` says.
-const MAX_THREADS: usize = 256;
+/// Most worker threads a command starts.
+pub const MAX_THREADS: usize = 256;
 
-/// `--threads`, else every core; at least 1 and at most [`MAX_THREADS`].
+/// `--threads`, else every core (at most [`MAX_THREADS`]).
 pub fn threads(requested: Option<usize>) -> usize {
     requested
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, MAX_THREADS)
+}
+
+/// Parses a thread count: 1..=[`MAX_THREADS`].
+pub fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a thread count (1..={MAX_THREADS})")),
+    }
+}
+
+/// Starts the global thread pool.
+pub fn start_threads(requested: Option<usize>) -> usize {
+    let n = threads(requested);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+        .ok();
+    n
 }
 
 /// How a command ended, beyond success.
@@ -63,10 +85,57 @@ pub enum Outcome {
     Ok,
     /// A check did not hold (already reported).
     Mismatch,
+    /// Ctrl-C or SIGTERM stopped it after it kept and printed what it had.
+    Interrupted,
+}
+
+/// A command-line usage error (exit 2): a value out of range, options that contradict,
+/// a request the model cannot serve, caught before any work.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Fails with a usage error.
+#[macro_export]
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::Usage(format!($($t)*))))
+    };
+}
+
+/// llama.cpp spells the draft model `-md`, a two-letter short option clap cannot take:
+/// it becomes `--model-draft` before parsing (only as a whole argument, before `--`).
+fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut rest = false;
+    for a in args {
+        if rest {
+            out.push(a);
+            continue;
+        }
+        if a == "--" {
+            rest = true;
+            out.push(a);
+        } else if a == "-md" {
+            out.push("--model-draft".into());
+        } else if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("-md=")) {
+            out.push(format!("--model-draft={v}").into());
+        } else {
+            out.push(a);
+        }
+    }
+    out
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_cpp_spellings(std::env::args_os()));
     let _ = ctrlc::set_handler(|| {
         if CANCEL.swap(true, Ordering::SeqCst) {
             // Second signal: the user insists. Temporary files were named to be
@@ -85,6 +154,7 @@ fn main() -> ExitCode {
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Mismatch) => ExitCode::from(1),
+        Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
             if e.chain().any(|c| {
                 c.downcast_ref::<std::io::Error>()
@@ -96,13 +166,20 @@ fn main() -> ExitCode {
                 matches!(
                     c.downcast_ref::<dspark_convert::error::ConvertError>(),
                     Some(dspark_convert::error::ConvertError::Cancelled)
+                ) || matches!(
+                    c.downcast_ref::<dspark_testkit::SynthError>(),
+                    Some(dspark_testkit::SynthError::Cancelled)
                 )
             }) {
                 eprintln!("dspark: interrupted; nothing was written");
                 return ExitCode::from(130);
             }
             eprintln!("dspark: error: {e:#}");
-            ExitCode::from(1)
+            if e.chain().any(|c| c.downcast_ref::<Usage>().is_some()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

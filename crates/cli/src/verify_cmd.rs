@@ -4,9 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use dspark_contract::{identify, FileKind};
 use dspark_convert::report::Report;
 use dspark_convert::verify::{
-    check_contract, check_output_contract, check_report, check_source, written_by_dspark,
+    check_output_contract, check_report, check_source, written_by_dspark,
 };
 use dspark_gguf::GgufFile;
 
@@ -28,7 +29,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub source: Option<PathBuf>,
     /// Threads for the source check.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
 }
 
@@ -54,7 +55,22 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         file.tensor_infos().len(),
         file.file_size()
     );
-    let mut all_ok = say("dflash-draft runtime contract", &check_contract(&file).1);
+    let types = dspark_quant::matrix_types();
+    let findings = |r: Result<(), dspark_contract::ContractError>| {
+        r.err().map_or(Vec::new(), |e| {
+            e.findings.iter().map(|f| f.to_string()).collect()
+        })
+    };
+    let mut all_ok = match identify(&file) {
+        FileKind::Qwen3 => say(
+            "qwen3 target contract (the runtime's target loader)",
+            &findings(dspark_contract::qwen3::check(&file, &types).map(|_| ())),
+        ),
+        _ => say(
+            "dflash-draft runtime contract (the runtime's drafter loader)",
+            &findings(dspark_contract::dflash_draft::check(&file, &types).map(|_| ())),
+        ),
+    };
     if written_by_dspark(&file) {
         all_ok &= say(
             "dspark output contract (provenance, types, order)",

@@ -588,7 +588,10 @@ fn inspect_prints_everything_and_json_is_complete() {
     let o = dspark(&["inspect", s(&out)]);
     assert_ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("dflash-draft contract: satisfied"), "{text}");
+    assert!(
+        text.contains("dflash-draft drafter contract: satisfied"),
+        "{text}"
+    );
     assert!(
         text.contains("DSpark heads: Markov rank 32, vocabulary 512; confidence width 96"),
         "{text}"
@@ -978,52 +981,6 @@ fn synth_target_and_drafter_pair() {
     assert_eq!(r["geometry"]["vocab_size"], 512);
 }
 
-/// The speculative loop around the synthetic Qwen3 target and its converted drafter gives
-/// exactly the target-only greedy tokens, for several seeds and prompts.
-#[test]
-fn speculative_greedy_equals_target_only_greedy() {
-    use dspark_runtime::spec::{greedy, speculative};
-    use dspark_runtime::{Drafter, Qwen3, Target};
-    let t = Tmp::new();
-    for seed in [0u64, 1, 2] {
-        let dir = t.path(&format!("pair{seed}"));
-        let (tb, db) = qwen3_pair(&dir, seed);
-        let (tf, df) = (
-            dspark_gguf::GgufFile::parse(&tb).unwrap(),
-            dspark_gguf::GgufFile::parse(&db).unwrap(),
-        );
-        for prompt in [
-            vec![1u32, 5, 9],
-            vec![300],
-            (0..20).map(|i| (i * 37 % 500) as u32).collect(),
-        ] {
-            let mut plain = Qwen3::load(&tf, 256).unwrap();
-            let want = greedy(&mut plain, &prompt, 40, &[]).unwrap();
-            let mut target = Qwen3::load(&tf, 256).unwrap();
-            let mut drafter = Drafter::load(&df, 256).unwrap();
-            assert_eq!(drafter.config.block_size, 4);
-            assert!(drafter.config.sample_from_anchor);
-            let (got, stats) = speculative(&mut target, &mut drafter, &prompt, 40, &[]).unwrap();
-            assert_eq!(got, want, "seed {seed} prompt {prompt:?}");
-            assert!(stats.rounds > 0 && stats.rounds <= 39);
-            assert_eq!(
-                drafter.len(),
-                target.len(),
-                "drafter context covers every committed position"
-            );
-            // A stop token ends both the same way.
-            let stop = [want[7]];
-            let mut a = Qwen3::load(&tf, 256).unwrap();
-            let mut b = Qwen3::load(&tf, 256).unwrap();
-            let mut d = Drafter::load(&df, 256).unwrap();
-            assert_eq!(
-                greedy(&mut a, &prompt, 40, &stop).unwrap(),
-                speculative(&mut b, &mut d, &prompt, 40, &stop).unwrap().0
-            );
-        }
-    }
-}
-
 /// `dspark generate` with and without `--draft` prints the same tokens; `--json` and
 /// `--trace` carry what they promise.
 #[test]
@@ -1100,8 +1057,8 @@ fn generate_with_and_without_draft() {
 #[test]
 fn qwen3_target_matches_the_numpy_reference() {
     use dspark_gguf::GgmlType;
-    use dspark_runtime::synth::{qwen3_gguf, Qwen3Geometry};
-    use dspark_runtime::{Qwen3, Target};
+    use dspark_runtime::{Logits, Target};
+    use dspark_testkit::target::{qwen3_gguf, Qwen3Geometry};
     const TOL: f64 = 1e-4;
     let t = Tmp::new();
     let tokens = [7u32, 8, 9, 300, 42, 5, 511, 0];
@@ -1110,10 +1067,13 @@ fn qwen3_target_matches_the_numpy_reference() {
         let path = t.path(&format!("target-{ty}.gguf"));
         let bytes = qwen3_gguf(&Qwen3Geometry::tiny(), 11, ty);
         fs::write(&path, &bytes).unwrap();
-        let file = dspark_gguf::GgufFile::parse(&bytes).unwrap();
-        let mut model = Qwen3::load(&file, 64).unwrap();
-        let ours = model.forward(&tokens, &capture).unwrap();
-        let (vocab, hidden) = (model.vocab_size(), model.hidden_size());
+        let model = dspark_testkit::run::target(bytes);
+        let ours = model
+            .session(64)
+            .unwrap()
+            .forward(&tokens, &capture, Logits::All)
+            .unwrap();
+        let (vocab, hidden) = (model.shape().vocab, model.shape().hidden);
 
         let out = t.path(&format!("ref-{ty}.json"));
         let script =
@@ -1190,8 +1150,7 @@ fn qwen3_target_matches_the_numpy_reference() {
 /// drafts B − 1 tokens from rows 1..B−1, and the loop stays lossless.
 #[test]
 fn plain_dflash_drafter_without_heads() {
-    use dspark_runtime::spec::{greedy, speculative};
-    use dspark_runtime::{Drafter, Qwen3};
+    use dspark_testkit::run::{self, request};
     let t = Tmp::new();
     let dir = t.path("pair");
     synth_qwen3(&dir, 4);
@@ -1218,26 +1177,18 @@ fn plain_dflash_drafter_without_heads() {
     let r: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
     assert_eq!(r["geometry"]["dflash.sample_from_anchor"], false);
     assert!(r["geometry"].get("dflash.dspark.enabled").is_none());
-    let (tb, db) = (
-        fs::read(dir.join("target.gguf")).unwrap(),
-        fs::read(&out).unwrap(),
-    );
-    let (tf, df) = (
-        dspark_gguf::GgufFile::parse(&tb).unwrap(),
-        dspark_gguf::GgufFile::parse(&db).unwrap(),
-    );
-    let mut target = Qwen3::load(&tf, 128).unwrap();
-    let mut drafter = Drafter::load(&df, 128).unwrap();
-    assert!(!drafter.config.sample_from_anchor);
+    let target = run::target(fs::read(dir.join("target.gguf")).unwrap());
+    let drafter = run::drafter(fs::read(&out).unwrap(), &target);
+    assert!(!drafter.hparams().sample_from_anchor);
+    assert_eq!(drafter.drafts_per_block(), 3);
     let prompt = [3u32, 1, 4, 1, 5];
-    let mut plain = Qwen3::load(&tf, 128).unwrap();
-    let want = greedy(&mut plain, &prompt, 30, &[]).unwrap();
-    let (got, stats) = speculative(&mut target, &mut drafter, &prompt, 30, &[]).unwrap();
-    assert_eq!(got, want);
+    let want = run::greedy(&target, &request(&prompt, 30, &[]));
+    let got = run::spec(&target, &drafter, &request(&prompt, 30, &[]));
+    assert_eq!(got.tokens, want.tokens);
     assert!(
-        stats.accepted.len() <= 4,
+        got.stats.acceptance_histogram.len() <= 4,
         "at most B − 1 = 3 drafts per round: {:?}",
-        stats.accepted
+        got.stats.acceptance_histogram
     );
 }
 
@@ -1246,27 +1197,23 @@ fn plain_dflash_drafter_without_heads() {
 /// the confidences within 1e-4, on synthetic Qwen3 + drafter pairs.
 #[test]
 fn drafter_matches_the_numpy_reference() {
-    use dspark_runtime::spec::argmax;
-    use dspark_runtime::{Drafter, Qwen3, Target};
+    use dspark_runtime::generate::argmax;
+    use dspark_runtime::{Logits, Target};
     let t = Tmp::new();
     for seed in [5u64, 6] {
         let dir = t.path(&format!("pair{seed}"));
         let (tb, db) = qwen3_pair(&dir, seed);
         let draft_path = dir.join("draft.gguf");
-        let (tf, df) = (
-            dspark_gguf::GgufFile::parse(&tb).unwrap(),
-            dspark_gguf::GgufFile::parse(&db).unwrap(),
-        );
+        let model = dspark_testkit::run::target(tb);
+        let drafter = dspark_testkit::run::drafter(db, &model);
         for prompt in [vec![7u32, 8, 9], vec![100, 200, 300, 400, 5, 6]] {
-            let mut target = Qwen3::load(&tf, 64).unwrap();
-            let mut drafter = Drafter::load(&df, 64).unwrap();
-            let f = target
-                .forward(&prompt, &drafter.config.target_layer_ids.clone())
-                .unwrap();
-            drafter.add_context(&f.captured).unwrap();
-            let vocab = target.vocab_size();
-            let anchor = argmax(&f.logits[f.logits.len() - vocab..]);
-            let ours = drafter.draft(&target, anchor).unwrap();
+            let mut target = model.session(64).unwrap();
+            let mut ds = drafter.session(64).unwrap();
+            let capture = drafter.hparams().target_layer_ids.clone();
+            let f = target.forward(&prompt, &capture, Logits::Last).unwrap();
+            ds.add_context(&f.captured).unwrap();
+            let anchor = argmax(&f.logits);
+            let ours = ds.draft(&target, anchor).unwrap();
 
             let out = t.path("ref.json");
             let script =
@@ -1410,10 +1357,93 @@ fn generate_with_a_text_prompt() {
     assert_ok(&by_ids);
     let v: serde_json::Value = serde_json::from_slice(&by_ids.stdout).unwrap();
     assert_eq!(v["tokens"], plain["tokens"]);
+    assert_eq!(
+        v["text"], plain["text"],
+        "the target's own tokenizer decodes the ids"
+    );
 
-    // Misuse and bad files fail cleanly, naming the file.
-    let o = dspark(&["generate", "--target", s(&target), "--prompt", "hi"]);
-    assert_eq!(o.status.code(), Some(2), "--prompt needs --tokenizer");
+    // Without --tokenizer, the target GGUF's own tokenizer.ggml keys: the same ids, the
+    // same text; streamed (no --json), stdout is exactly the text and a newline, and the
+    // statistics go to stderr.
+    let own = dspark(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-p",
+        prompt,
+        "-n",
+        "24",
+        "--ignore-eos",
+        "--json",
+    ]);
+    assert_ok(&own);
+    let own: serde_json::Value = serde_json::from_slice(&own.stdout).unwrap();
+    assert_eq!(own["prompt_tokens"], plain["prompt_tokens"]);
+    assert_eq!(own["text"], plain["text"]);
+    let streamed = dspark(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-md",
+        s(&dir.join("draft.gguf")),
+        "-p",
+        prompt,
+        "-n",
+        "24",
+        "--ignore-eos",
+    ]);
+    assert_ok(&streamed);
+    assert_eq!(
+        String::from_utf8_lossy(&streamed.stdout),
+        format!("{}\n", plain["text"].as_str().unwrap())
+    );
+    let err = String::from_utf8_lossy(&streamed.stderr);
+    assert!(
+        err.contains("prompt eval:")
+            && err.contains("mean acceptance length")
+            && err.contains("stop: max_tokens"),
+        "{err}"
+    );
+
+    // Misuse and bad files fail cleanly, naming the file. A target without a vocabulary
+    // needs --tokenizer for a text prompt.
+    let bare = t.path("bare.gguf");
+    let mut parts = dspark_testkit::craft::Parts::of(&tbytes);
+    parts.kvs.retain(|(k, _)| !k.starts_with("tokenizer."));
+    fs::write(&bare, parts.bytes()).unwrap();
+    let o = dspark(&["generate", "--target", s(&bare), "--prompt", "hi"]);
+    assert_eq!(o.status.code(), Some(2), "--prompt needs a tokenizer");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("carries no tokenizer"));
+    // A tokenizer that does not cover the target's vocabulary is refused, not trusted.
+    let small = t.path("small-tokenizer.json");
+    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&tok_path).unwrap()).unwrap();
+    let vocab = j["model"]["vocab"].as_object_mut().unwrap();
+    let extra: Vec<String> = vocab
+        .iter()
+        .filter(|(_, id)| id.as_u64().unwrap() >= 400)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in extra {
+        vocab.remove(&k);
+    }
+    j["model"]["merges"] = serde_json::json!([]);
+    j["added_tokens"] = serde_json::json!([]);
+    fs::write(&small, serde_json::to_vec(&j).unwrap()).unwrap();
+    let o = dspark(&[
+        "generate",
+        "--target",
+        s(&bare),
+        "--prompt",
+        "hi",
+        "--tokenizer",
+        s(&small),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("small-tokenizer.json: knows 400 tokens") && err.contains("512"),
+        "{err}"
+    );
     let junk = t.path("junk.json");
     fs::write(&junk, b"{\"version\": 3}").unwrap();
     let o = dspark(&[
@@ -1440,7 +1470,7 @@ fn generate_with_a_text_prompt() {
         "--tokenizer",
         s(&tok_path),
     ]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("prompt is empty"));
 }
 
@@ -1488,43 +1518,6 @@ fn generate_stops_at_the_targets_eos() {
     assert_eq!(gen(&["--ignore-eos"]), free);
 }
 
-/// Lossless across geometries: for the tiny target (rows shorter than eight Q8_0 blocks)
-/// and the small one (whole eight-block groups plus leftovers, untied LM head, a 6-token
-/// block, so decode and verify run different kernels), several seeds and many random
-/// prompts, speculative greedy decoding gives exactly target-only greedy decoding.
-#[test]
-fn speculative_equals_greedy_across_geometries_and_prompts() {
-    use dspark_runtime::spec::{greedy, speculative};
-    use dspark_runtime::{Drafter, Qwen3, Target};
-    let t = Tmp::new();
-    let mut state = 0x5eed_u64;
-    for (geometry, seeds) in [("qwen3-tiny", 0..2u64), ("qwen3-small", 10..12u64)] {
-        for seed in seeds {
-            let dir = t.path(&format!("{geometry}-{seed}"));
-            let (tb, db) = qwen3_pair_of(geometry, &dir, seed);
-            let (tf, df) = (
-                dspark_gguf::GgufFile::parse(&tb).unwrap(),
-                dspark_gguf::GgufFile::parse(&db).unwrap(),
-            );
-            let vocab = Qwen3::load(&tf, 8).unwrap().vocab_size() as u64;
-            for _ in 0..6 {
-                let len = 1 + next(&mut state) as usize % 24;
-                let prompt: Vec<u32> = (0..len)
-                    .map(|_| (next(&mut state) % vocab) as u32)
-                    .collect();
-                let max_new = 8 + next(&mut state) as usize % 40;
-                let mut plain = Qwen3::load(&tf, 256).unwrap();
-                let want = greedy(&mut plain, &prompt, max_new, &[]).unwrap();
-                let mut target = Qwen3::load(&tf, 256).unwrap();
-                let mut drafter = Drafter::load(&df, 256).unwrap();
-                let (got, _) =
-                    speculative(&mut target, &mut drafter, &prompt, max_new, &[]).unwrap();
-                assert_eq!(got, want, "{geometry} seed {seed} prompt {prompt:?}");
-            }
-        }
-    }
-}
-
 /// `dspark bench` reports every step it promises, with the arithmetic it states (bytes
 /// from the files, break-even = round ÷ decode), on the target+drafter pair and on a
 /// drafter alone (head-only target); bad requests fail cleanly.
@@ -1556,7 +1549,13 @@ fn bench_reports_steps_bytes_and_break_even() {
     assert!(ms(&v["target"]["decode"]) > 0.0 && ms(&v["target"]["verify"]) > 0.0);
     let tbytes = fs::read(&target).unwrap();
     let tf = dspark_gguf::GgufFile::parse(&tbytes).unwrap();
-    let total: u64 = tf.tensors().map(|x| x.data.len() as u64).sum();
+    // What a decode step streams: every layer, the final norm and the LM head (not the
+    // embedding table, of which it reads one row).
+    let total: u64 = tf
+        .tensors()
+        .filter(|x| x.info.name != "token_embd.weight")
+        .map(|x| x.data.len() as u64)
+        .sum();
     assert_eq!(v["target"]["tensor_bytes"], total);
     let d = &v["drafter"];
     assert_eq!(d["block_size"], 6);
@@ -1591,11 +1590,45 @@ fn bench_reports_steps_bytes_and_break_even() {
         .unwrap()
         .contains("head-only"));
 
+    // Usage errors exit 2, before anything is measured.
     let o = dspark(&["bench", "--runs", "2"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--target"));
-    let o = dspark(&["bench", "--target", s(&target), "--runs", "0"]);
-    assert_eq!(o.status.code(), Some(1));
+    for bad in [
+        ["--runs", "0"],
+        ["--verify", "0"],
+        ["--context", "0"],
+        ["--context", "1000000000"],
+        ["--threads", "0"],
+    ] {
+        let o = dspark(&["bench", "--target", s(&target), bad[0], bad[1]]);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // Without --json, a table.
+    let o = dspark(&[
+        "bench",
+        "--target",
+        s(&target),
+        "--draft",
+        s(&draft),
+        "--runs",
+        "1",
+        "--context",
+        "4",
+        "--verify",
+        "2",
+    ]);
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("target decode (1 token)") && text.contains("break-even acceptance length"),
+        "{text}"
+    );
 }
 
 /// A drafter made for another target, or prompt ids beyond the target's vocabulary, fail
@@ -1618,7 +1651,8 @@ fn mismatched_pairs_fail_cleanly() {
         assert_eq!(o.status.code(), Some(1), "{cmd}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
-            err.contains("small/draft.gguf") && err.contains("hidden size 256"),
+            err.contains("small/draft.gguf does not fit the target")
+                && err.contains("hidden size 256 differs from the target's 64"),
             "{cmd}: {err}"
         );
     }
@@ -1629,7 +1663,7 @@ fn mismatched_pairs_fail_cleanly() {
         "--prompt-tokens",
         "3,512",
     ]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("prompt token 512") && err.contains("target.gguf"),

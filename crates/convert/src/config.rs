@@ -471,7 +471,7 @@ mod tests {
     use super::*;
 
     fn base() -> Json {
-        crate::synth::SynthGeometry::tiny().config_json()
+        dspark_testkit::drafter::SynthGeometry::tiny().config_json()
     }
 
     fn read(v: &Json) -> Result<DraftConfig> {

@@ -11,8 +11,8 @@
 //!   tensors in canonical order ([`names`]), types, metadata, layout.
 //! - [`write::write_gguf`] streams the GGUF (parallel quantization, ordered writes, hashes
 //!   of both files, fsync); [`report::Report`] is `conversion-report.json`.
-//! - [`verify`] proves a file against the contract, its report and its source.
-//! - [`synth`] writes synthetic checkpoints for tests and benchmarks.
+//! - [`verify`] proves a file against this project's output contract, its report and its
+//!   source (the `dflash-draft` contract itself is `dspark_contract`'s).
 //!
 //! # Example
 //! ```
@@ -20,8 +20,8 @@
 //! use dspark_convert::config::DraftConfig;
 //! use dspark_convert::plan::{Options, Plan};
 //! use dspark_convert::source::{Checkpoint, SourceLayout};
-//! use dspark_convert::synth::{write_synth, SynthGeometry};
 //! use dspark_convert::write::write_gguf;
+//! use dspark_testkit::drafter::{write_synth, SynthGeometry};
 //!
 //! let dir = tempfile::tempdir()?;
 //! write_synth(&SynthGeometry::tiny(), dir.path(), 0, &|_, _| true)?;
@@ -46,6 +46,5 @@ pub mod names;
 pub mod plan;
 pub mod report;
 pub mod source;
-pub mod synth;
 pub mod verify;
 pub mod write;

@@ -1,8 +1,11 @@
 //! The one table between checkpoint names and GGUF names, with each tensor's role.
 //!
 //! Source names are SpecForge's (no `model.` prefix), plus the DSpark head aliases other
-//! producers use (`gguf-and-contract.md` §6.3). The table's order is the output's
-//! canonical tensor order (`output-contract.md` §1). No other module spells a tensor name.
+//! producers use (`gguf-and-contract.md` §6.3); GGUF names are the contract crate's
+//! ([`dspark_contract::names::tensors`]). The table's order is the output's canonical
+//! tensor order (`output-contract.md` §1). No other module spells a source tensor name.
+
+use dspark_contract::names::tensors::{self as gguf, LayerTensor};
 
 /// What a tensor is for; the type policy is a function of the role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -38,128 +41,65 @@ impl Role {
     }
 }
 
-/// How a per-layer tensor's PyTorch shape follows from the geometry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayerShape {
-    /// `[hidden]` (the layer's RMSNorms).
-    Hidden,
-    /// `[head_dim]` (per-head q/k RMSNorms).
-    HeadDim,
-    /// `[heads · head_dim, hidden]`.
-    QProj,
-    /// `[kv_heads · head_dim, hidden]`.
-    KvProj,
-    /// `[hidden, heads · head_dim]`.
-    OProj,
-    /// `[ffn, hidden]` (gate and up).
-    FfnIn,
-    /// `[hidden, ffn]` (down).
-    FfnOut,
-}
-
-/// The sizes a layer's tensor shapes depend on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub struct LayerDims {
-    pub hidden: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub head_dim: u64,
-    pub ffn: u64,
-}
-
-impl LayerShape {
-    /// The PyTorch shape (outermost first); reverse it for GGUF `ne`.
-    pub fn torch(self, d: &LayerDims) -> Vec<u64> {
-        match self {
-            LayerShape::Hidden => vec![d.hidden],
-            LayerShape::HeadDim => vec![d.head_dim],
-            LayerShape::QProj => vec![d.heads * d.head_dim, d.hidden],
-            LayerShape::KvProj => vec![d.kv_heads * d.head_dim, d.hidden],
-            LayerShape::OProj => vec![d.hidden, d.heads * d.head_dim],
-            LayerShape::FfnIn => vec![d.ffn, d.hidden],
-            LayerShape::FfnOut => vec![d.hidden, d.ffn],
-        }
-    }
-}
-
-/// Per-layer tensors in canonical order: (source suffix after `layers.{i}.`, GGUF suffix
-/// after `blk.{i}.`, role, shape rule).
-pub const LAYER_TENSORS: [(&str, &str, Role, LayerShape); 11] = [
-    (
-        "input_layernorm.weight",
-        "attn_norm.weight",
-        Role::Norm,
-        LayerShape::Hidden,
-    ),
+/// Per-layer tensors in canonical order: (source suffix after `layers.{i}.`, the GGUF
+/// tensor it becomes, role). The GGUF names and shapes are the contract's
+/// ([`LayerTensor`]).
+pub const LAYER_TENSORS: [(&str, LayerTensor, Role); 11] = [
+    ("input_layernorm.weight", LayerTensor::AttnNorm, Role::Norm),
     (
         "self_attn.q_proj.weight",
-        "attn_q.weight",
+        LayerTensor::AttnQ,
         Role::Projection,
-        LayerShape::QProj,
     ),
     (
         "self_attn.k_proj.weight",
-        "attn_k.weight",
+        LayerTensor::AttnK,
         Role::Projection,
-        LayerShape::KvProj,
     ),
     (
         "self_attn.v_proj.weight",
-        "attn_v.weight",
+        LayerTensor::AttnV,
         Role::Projection,
-        LayerShape::KvProj,
     ),
     (
         "self_attn.q_norm.weight",
-        "attn_q_norm.weight",
+        LayerTensor::AttnQNorm,
         Role::Norm,
-        LayerShape::HeadDim,
     ),
     (
         "self_attn.k_norm.weight",
-        "attn_k_norm.weight",
+        LayerTensor::AttnKNorm,
         Role::Norm,
-        LayerShape::HeadDim,
     ),
     (
         "self_attn.o_proj.weight",
-        "attn_output.weight",
+        LayerTensor::AttnOutput,
         Role::Projection,
-        LayerShape::OProj,
     ),
     (
         "post_attention_layernorm.weight",
-        "ffn_norm.weight",
+        LayerTensor::FfnNorm,
         Role::Norm,
-        LayerShape::Hidden,
     ),
     (
         "mlp.gate_proj.weight",
-        "ffn_gate.weight",
+        LayerTensor::FfnGate,
         Role::Projection,
-        LayerShape::FfnIn,
     ),
-    (
-        "mlp.up_proj.weight",
-        "ffn_up.weight",
-        Role::Projection,
-        LayerShape::FfnIn,
-    ),
+    ("mlp.up_proj.weight", LayerTensor::FfnUp, Role::Projection),
     (
         "mlp.down_proj.weight",
-        "ffn_down.weight",
+        LayerTensor::FfnDown,
         Role::Projection,
-        LayerShape::FfnOut,
     ),
 ];
 
 /// Tensors before the layers: (source names, GGUF name, role).
 pub const HEAD_TENSORS: [(&[&str], &str, Role); 2] = [
-    (&["fc.weight"], "dflash.fc.weight", Role::Projection),
+    (&["fc.weight"], gguf::DFLASH_FC, Role::Projection),
     (
         &["hidden_norm.weight"],
-        "dflash.hidden_norm.weight",
+        gguf::DFLASH_HIDDEN_NORM,
         Role::Norm,
     ),
 ];
@@ -167,7 +107,7 @@ pub const HEAD_TENSORS: [(&[&str], &str, Role); 2] = [
 /// Tensors after the layers, in canonical order: (source names, first preferred; GGUF
 /// name; role). The DSpark heads and the optional embedding / LM head.
 pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
-    (&["norm.weight"], "output_norm.weight", Role::Norm),
+    (&["norm.weight"], gguf::OUTPUT_NORM, Role::Norm),
     (
         &[
             "markov_head.markov_w1.weight",
@@ -175,7 +115,7 @@ pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
             "dspark_markov_head.markov_w1.weight",
             "mtp.2.markov_head.markov_w1.weight",
         ],
-        "dflash.dspark.markov.w1",
+        gguf::DSPARK_MARKOV_W1,
         Role::Markov,
     ),
     (
@@ -185,7 +125,7 @@ pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
             "dspark_markov_head.markov_w2.weight",
             "mtp.2.markov_head.markov_w2.weight",
         ],
-        "dflash.dspark.markov.w2",
+        gguf::DSPARK_MARKOV_W2,
         Role::Markov,
     ),
     (
@@ -195,7 +135,7 @@ pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
             "dspark_confidence_head.weight",
             "mtp.2.confidence_head.proj.weight",
         ],
-        "dflash.dspark.confidence.weight",
+        gguf::DSPARK_CONFIDENCE_WEIGHT,
         Role::ConfidenceWeight,
     ),
     (
@@ -205,15 +145,11 @@ pub const TAIL_TENSORS: [(&[&str], &str, Role); 7] = [
             "dspark_confidence_head.bias",
             "mtp.2.confidence_head.proj.bias",
         ],
-        "dflash.dspark.confidence.bias",
+        gguf::DSPARK_CONFIDENCE_BIAS,
         Role::ConfidenceBias,
     ),
-    (
-        &["embed_tokens.weight"],
-        "token_embd.weight",
-        Role::Embedding,
-    ),
-    (&["lm_head.weight"], "output.weight", Role::LmHead),
+    (&["embed_tokens.weight"], gguf::TOKEN_EMBD, Role::Embedding),
+    (&["lm_head.weight"], gguf::OUTPUT, Role::LmHead),
 ];
 
 /// Source tensors that exist in some checkpoints but cannot be expressed in the
@@ -258,12 +194,12 @@ pub fn map_source(name: &str) -> Option<Mapped> {
             return None;
         }
         let layer: u64 = idx.parse().ok()?;
-        let (j, (_, gguf_suffix, role, _)) = LAYER_TENSORS
+        let (j, (_, tensor, role)) = LAYER_TENSORS
             .iter()
             .enumerate()
             .find(|(_, t)| t.0 == suffix)?;
         return Some(Mapped {
-            gguf: format!("blk.{layer}.{gguf_suffix}"),
+            gguf: tensor.name(layer),
             role: *role,
             order: (1, layer, j as u32),
             layer: Some(layer),

@@ -15,11 +15,29 @@ use dspark_quant::SourceDtype;
 
 use crate::config::{DraftConfig, Sourced};
 use crate::error::{ConvertError, Result};
-use crate::names::{map_source, unrepresentable, LayerDims, Role, LAYER_TENSORS};
+use crate::names::{map_source, unrepresentable, Role, LAYER_TENSORS};
 use crate::source::Checkpoint;
+use dspark_contract::names::general as G;
+use dspark_contract::names::keys as K;
+use dspark_contract::names::tensors::{self as T, LayerDims};
 
 /// The architecture string written to `general.architecture`.
-pub const ARCH: &str = "dflash-draft";
+pub const ARCH: &str = dspark_contract::dflash_draft::ARCH;
+
+/// `provenance.source.repository`: where the checkpoint came from.
+pub const PROVENANCE_REPOSITORY: &str = "provenance.source.repository";
+/// `provenance.source.revision`: its pinned revision, or `unknown`.
+pub const PROVENANCE_REVISION: &str = "provenance.source.revision";
+/// `provenance.source.files`: the source weight files.
+pub const PROVENANCE_FILES: &str = "provenance.source.files";
+/// `provenance.source.sha256`: each file's SHA256.
+pub const PROVENANCE_SHA256: &str = "provenance.source.sha256";
+/// `provenance.source.parameters`: parameters converted.
+pub const PROVENANCE_PARAMETERS: &str = "provenance.source.parameters";
+/// `provenance.converter`: `dspark <version>`.
+pub const PROVENANCE_CONVERTER: &str = "provenance.converter";
+/// `provenance.policy`: the type policy used.
+pub const PROVENANCE_POLICY: &str = "provenance.policy";
 
 /// Output type family (`--outtype`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,8 +331,8 @@ impl Plan {
         }
 
         let mut expect: Vec<(String, Vec<u64>)> = vec![
-            ("dflash.fc.weight".into(), vec![h, n_cap * h]),
-            ("dflash.hidden_norm.weight".into(), vec![h]),
+            (T::DFLASH_FC.into(), vec![h, n_cap * h]),
+            (T::DFLASH_HIDDEN_NORM.into(), vec![h]),
         ];
         let dims = LayerDims {
             hidden: h,
@@ -324,21 +342,22 @@ impl Plan {
             ffn: n_ff,
         };
         for i in 0..n_layers {
-            for (_, gguf, _, shape) in LAYER_TENSORS {
-                expect.push((format!("blk.{i}.{gguf}"), shape.torch(&dims)));
+            for (_, tensor, _) in LAYER_TENSORS {
+                let ne = tensor.ne(&dims);
+                expect.push((tensor.name(i), ne.into_iter().rev().collect()));
             }
         }
-        expect.push(("output_norm.weight".into(), vec![h]));
+        expect.push((T::OUTPUT_NORM.into(), vec![h]));
 
         // Markov head: present when the config gives a rank or the tensors exist.
-        let has_w1 = present.contains("dflash.dspark.markov.w1");
-        let has_w2 = present.contains("dflash.dspark.markov.w2");
+        let has_w1 = present.contains(T::DSPARK_MARKOV_W1);
+        let has_w2 = present.contains(T::DSPARK_MARKOV_W2);
         let mut markov_rank = None;
         let mut markov_vocab = None;
         if c.has_markov() || has_w1 || has_w2 {
             let (w1, w2) = match (
-                source_of("dflash.dspark.markov.w1"),
-                source_of("dflash.dspark.markov.w2"),
+                source_of(T::DSPARK_MARKOV_W1),
+                source_of(T::DSPARK_MARKOV_W2),
             ) {
                 (Some(a), Some(b)) => (a, b),
                 (None, _) => {
@@ -384,8 +403,8 @@ impl Plan {
                 ));
             }
             let v = c.vocab_size.value;
-            expect.push(("dflash.dspark.markov.w1".into(), vec![v, r]));
-            expect.push(("dflash.dspark.markov.w2".into(), vec![v, r]));
+            expect.push((T::DSPARK_MARKOV_W1.into(), vec![v, r]));
+            expect.push((T::DSPARK_MARKOV_W2.into(), vec![v, r]));
             markov_rank = Some(r);
             markov_vocab = Some(v);
         }
@@ -393,8 +412,8 @@ impl Plan {
         // Confidence head: both tensors or neither; width H, or H + R with the Markov input.
         let mut confidence_dim = None;
         let conf_cfg = c.enable_confidence_head.as_ref().is_some_and(|e| e.value);
-        let has_cw = present.contains("dflash.dspark.confidence.weight");
-        let has_cb = present.contains("dflash.dspark.confidence.bias");
+        let has_cw = present.contains(T::DSPARK_CONFIDENCE_WEIGHT);
+        let has_cb = present.contains(T::DSPARK_CONFIDENCE_BIAS);
         if conf_cfg || has_cw || has_cb {
             if !has_cw {
                 return Err(ConvertError::tensor(
@@ -422,15 +441,15 @@ impl Plan {
                 }
                 (false, _) => h,
             };
-            expect.push(("dflash.dspark.confidence.weight".into(), vec![1, width]));
-            expect.push(("dflash.dspark.confidence.bias".into(), vec![1]));
+            expect.push((T::DSPARK_CONFIDENCE_WEIGHT.into(), vec![1, width]));
+            expect.push((T::DSPARK_CONFIDENCE_BIAS.into(), vec![1]));
             confidence_dim = Some(width);
         }
-        if present.contains("token_embd.weight") {
-            expect.push(("token_embd.weight".into(), vec![c.vocab_size.value, h]));
+        if present.contains(T::TOKEN_EMBD) {
+            expect.push((T::TOKEN_EMBD.into(), vec![c.vocab_size.value, h]));
         }
-        if present.contains("output.weight") {
-            expect.push(("output.weight".into(), vec![c.draft_vocab_size.value, h]));
+        if present.contains(T::OUTPUT) {
+            expect.push((T::OUTPUT.into(), vec![c.draft_vocab_size.value, h]));
         }
 
         // 3. Every expected tensor present with its shape; nothing else mapped.
@@ -567,7 +586,7 @@ impl Plan {
                 from: from.to_string(),
             });
         };
-        let a = |k: &str| format!("{ARCH}.{k}");
+        let a = |k: &str| dspark_contract::names::key(ARCH, k);
         let u32_of = |s: &Sourced<u64>| -> Result<Value> {
             u32::try_from(s.value)
                 .map(Value::U32)
@@ -588,11 +607,11 @@ impl Plan {
         };
 
         put(
-            "general.architecture",
+            dspark_contract::names::ARCHITECTURE,
             Value::String(ARCH.into()),
             "default",
         );
-        put("general.type", Value::String("model".into()), "default");
+        put(G::TYPE, Value::String("model".into()), "default");
         let name_from = if o.name.is_some() {
             "option: --name"
         } else if o.source_repo.is_some() {
@@ -600,45 +619,41 @@ impl Plan {
         } else {
             "derived: source folder name"
         };
-        put("general.name", Value::String(self.name.clone()), name_from);
+        put(G::NAME, Value::String(self.name.clone()), name_from);
         put(
-            "general.size_label",
+            G::SIZE_LABEL,
             Value::String(size_label(self.parameters)),
             "derived: parameter count",
         );
         put(
-            "general.file_type",
+            G::FILE_TYPE,
             Value::U32(o.outtype.file_type()),
             "option: --outtype",
         );
-        put("general.quantization_version", Value::U32(2), "default");
+        put(G::QUANTIZATION_VERSION, Value::U32(2), "default");
         if let Some(repo) = &o.source_repo {
             let url = format!("https://huggingface.co/{repo}");
             put(
-                "general.source.repo_url",
+                G::SOURCE_REPO_URL,
                 Value::String(url.clone()),
                 "option: --source-repo",
             );
             let (org, base) = repo.split_once('/').unwrap_or(("", repo.as_str()));
+            put(G::BASE_MODEL_COUNT, Value::U32(1), "option: --source-repo");
             put(
-                "general.base_model.count",
-                Value::U32(1),
-                "option: --source-repo",
-            );
-            put(
-                "general.base_model.0.name",
+                G::BASE_MODEL_0_NAME,
                 Value::String(base.to_string()),
                 "option: --source-repo",
             );
             if !org.is_empty() {
                 put(
-                    "general.base_model.0.organization",
+                    G::BASE_MODEL_0_ORGANIZATION,
                     Value::String(org.to_string()),
                     "option: --source-repo",
                 );
             }
             put(
-                "general.base_model.0.repo_url",
+                G::BASE_MODEL_0_REPO_URL,
                 Value::String(url),
                 "option: --source-repo",
             );
@@ -649,7 +664,7 @@ impl Plan {
             "dflash"
         };
         put(
-            "general.tags",
+            G::TAGS,
             Value::Array(Array::String(vec![
                 kind.into(),
                 "speculative-decoding".into(),
@@ -659,132 +674,132 @@ impl Plan {
         );
 
         put(
-            &a("context_length"),
+            &a(K::CONTEXT_LENGTH),
             u32_of(&c.max_position_embeddings)?,
             &c.max_position_embeddings.from,
         );
         put(
-            &a("embedding_length"),
+            &a(K::EMBEDDING_LENGTH),
             u32_of(&c.hidden_size)?,
             &c.hidden_size.from,
         );
         put(
-            &a("block_count"),
+            &a(K::BLOCK_COUNT),
             u32_of(&c.num_hidden_layers)?,
             &c.num_hidden_layers.from,
         );
         put(
-            &a("feed_forward_length"),
+            &a(K::FEED_FORWARD_LENGTH),
             u32_of(&c.intermediate_size)?,
             &c.intermediate_size.from,
         );
         put(
-            &a("attention.head_count"),
+            &a(K::HEAD_COUNT),
             u32_of(&c.num_attention_heads)?,
             &c.num_attention_heads.from,
         );
         put(
-            &a("attention.head_count_kv"),
+            &a(K::HEAD_COUNT_KV),
             u32_of(&c.num_key_value_heads)?,
             &c.num_key_value_heads.from,
         );
+        put(&a(K::KEY_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
+        put(&a(K::VALUE_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
         put(
-            &a("attention.key_length"),
-            u32_of(&c.head_dim)?,
-            &c.head_dim.from,
-        );
-        put(
-            &a("attention.value_length"),
-            u32_of(&c.head_dim)?,
-            &c.head_dim.from,
-        );
-        put(
-            &a("attention.layer_norm_rms_epsilon"),
+            &a(K::RMS_EPS),
             Value::F32(c.rms_norm_eps.value as f32),
             &c.rms_norm_eps.from,
         );
         put(
-            &a("rope.freq_base"),
+            &a(K::ROPE_FREQ_BASE),
             Value::F32(c.rope_theta.value as f32),
             &c.rope_theta.from,
         );
         if let Some(rs) = &c.rope_scaling {
             put(
-                &a("rope.scaling.type"),
+                &a(K::ROPE_SCALING_TYPE),
                 Value::String(rs.rope_type.value.clone()),
                 &rs.rope_type.from,
             );
             put(
-                &a("rope.scaling.factor"),
+                &a(K::ROPE_SCALING_FACTOR),
                 Value::F32(rs.factor.value as f32),
                 &rs.factor.from,
             );
             if let Some(orig) = &rs.original_max_position_embeddings {
                 put(
-                    &a("rope.scaling.original_context_length"),
+                    &a(K::ROPE_SCALING_ORIGINAL_CONTEXT),
                     u32_of(orig)?,
                     &orig.from,
                 );
             }
             if let Some(b) = &rs.beta_fast {
                 put(
-                    &a("rope.scaling.yarn_beta_fast"),
+                    &a(K::ROPE_SCALING_YARN_BETA_FAST),
                     Value::F32(b.value as f32),
                     &b.from,
                 );
             }
             if let Some(b) = &rs.beta_slow {
                 put(
-                    &a("rope.scaling.yarn_beta_slow"),
+                    &a(K::ROPE_SCALING_YARN_BETA_SLOW),
                     Value::F32(b.value as f32),
                     &b.from,
                 );
             }
             if let Some(f) = &rs.attention_factor {
                 put(
-                    &a("rope.scaling.attn_factor"),
+                    &a(K::ROPE_SCALING_ATTN_FACTOR),
                     Value::F32(f.value as f32),
                     &f.from,
                 );
             }
         }
-        put(&a("vocab_size"), u32_of(&c.vocab_size)?, &c.vocab_size.from);
         put(
-            &a("dflash.block_size"),
+            &a(K::VOCAB_SIZE),
+            u32_of(&c.vocab_size)?,
+            &c.vocab_size.from,
+        );
+        put(
+            &a(K::DFLASH_BLOCK_SIZE),
             u32_of(&c.block_size)?,
             &c.block_size.from,
         );
         put(
-            &a("dflash.n_target_layers"),
+            &a(K::DFLASH_N_TARGET_LAYERS),
             small(g.n_cap, "target_layer_ids")?,
             &format!("derived: length of {}", c.target_layer_ids.from),
         );
         put(
-            &a("dflash.n_target_features"),
+            &a(K::DFLASH_N_TARGET_FEATURES),
             small(g.n_cap * g.hidden, "fc.weight")?,
             "derived: captured layers × hidden_size (fc.weight input width)",
         );
         put(
-            &a("dflash.target_layer_ids"),
+            &a(K::DFLASH_TARGET_LAYER_IDS),
             Value::Array(Array::I32(
                 c.target_layer_ids.value.iter().map(|&x| x as i32).collect(),
             )),
             &c.target_layer_ids.from,
         );
         if let Some(depth) = &c.num_target_layers {
-            put(&a("dflash.target_block_count"), u32_of(depth)?, &depth.from);
+            put(
+                &a(K::DFLASH_TARGET_BLOCK_COUNT),
+                u32_of(depth)?,
+                &depth.from,
+            );
         }
         let target_hidden_from = c.target_hidden_size.as_ref().map_or(
             "derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(),
             |t| t.from.clone(),
         );
         put(
-            &a("dflash.target_hidden_size"),
+            &a(K::DFLASH_TARGET_HIDDEN_SIZE),
             u32_of(&c.hidden_size)?,
             &target_hidden_from,
         );
         if let Some(mask) = &c.mask_token_id {
-            put(&a("dflash.mask_token_id"), u32_of(mask)?, &mask.from);
+            put(&a(K::DFLASH_MASK_TOKEN_ID), u32_of(mask)?, &mask.from);
         }
         let (anchor, anchor_from) = match &c.sample_from_anchor {
             Some(s) => (s.value, s.from.clone()),
@@ -794,13 +809,13 @@ impl Plan {
             ),
         };
         put(
-            &a("dflash.sample_from_anchor"),
+            &a(K::DFLASH_SAMPLE_FROM_ANCHOR),
             Value::Bool(anchor),
             &anchor_from,
         );
         if let (Some(r), Some(v)) = (g.markov_rank, g.markov_vocab) {
             put(
-                &a("dflash.dspark.enabled"),
+                &a(K::DSPARK_ENABLED),
                 Value::U32(1),
                 "derived: Markov head tensors present",
             );
@@ -809,18 +824,18 @@ impl Plan {
                 .as_ref()
                 .map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
             put(
-                &a("dflash.dspark.markov_rank"),
+                &a(K::DSPARK_MARKOV_RANK),
                 small(r, "markov_rank")?,
                 &rank_from,
             );
             put(
-                &a("dflash.dspark.vocab_size"),
+                &a(K::DSPARK_VOCAB_SIZE),
                 small(v, "vocab_size")?,
                 "derived: markov_w2 rows",
             );
             if let Some(cd) = g.confidence_dim {
                 put(
-                    &a("dflash.dspark.confidence_dim"),
+                    &a(K::DSPARK_CONFIDENCE_DIM),
                     small(cd, "confidence_head.proj.weight")?,
                     "derived: confidence_head.proj.weight columns",
                 );
@@ -830,7 +845,7 @@ impl Plan {
                 .as_ref()
                 .map_or("default".to_string(), |s| s.from.clone());
             put(
-                &a("dflash.dspark.markov_head_type"),
+                &a(K::DSPARK_MARKOV_HEAD_TYPE),
                 Value::String("vanilla".into()),
                 &head_type_from,
             );
@@ -840,13 +855,13 @@ impl Plan {
                 |s| s.from.clone(),
             );
             put(
-                &a("dflash.dspark.confidence_with_markov"),
+                &a(K::DSPARK_CONFIDENCE_WITH_MARKOV),
                 Value::Bool(with_markov),
                 &wm_from,
             );
         } else if let Some(cd) = g.confidence_dim {
             put(
-                &a("dflash.dspark.confidence_dim"),
+                &a(K::DSPARK_CONFIDENCE_DIM),
                 small(cd, "confidence_head.proj.weight")?,
                 "derived: confidence_head.proj.weight columns",
             );
@@ -858,7 +873,7 @@ impl Plan {
             "derived: source folder name"
         };
         put(
-            "provenance.source.repository",
+            PROVENANCE_REPOSITORY,
             Value::String(self.repository.clone()),
             repo_from,
         );
@@ -866,14 +881,14 @@ impl Plan {
             Some(r) => (r.clone(), "option: --source-revision"),
             None => ("unknown".to_string(), "default"),
         };
-        put("provenance.source.revision", Value::String(rev), rev_from);
+        put(PROVENANCE_REVISION, Value::String(rev), rev_from);
         put(
-            "provenance.source.files",
+            PROVENANCE_FILES,
             Value::Array(Array::String(self.source_files.clone())),
             "derived: source weight files",
         );
         put(
-            "provenance.source.sha256",
+            PROVENANCE_SHA256,
             Value::Array(Array::String(vec![
                 HASH_PLACEHOLDER.to_string();
                 self.source_files.len()
@@ -881,17 +896,17 @@ impl Plan {
             "derived: SHA256 of each source weight file",
         );
         put(
-            "provenance.source.parameters",
+            PROVENANCE_PARAMETERS,
             Value::U64(self.parameters),
             "derived: sum of converted tensor elements",
         );
         put(
-            "provenance.converter",
+            PROVENANCE_CONVERTER,
             Value::String(converter_version()),
             "default",
         );
         put(
-            "provenance.policy",
+            PROVENANCE_POLICY,
             Value::String(o.outtype.policy()),
             "option: --outtype",
         );
@@ -906,7 +921,7 @@ impl Plan {
             .iter()
             .all(|h| h.len() == HASH_PLACEHOLDER.len()));
         for e in &mut m {
-            if e.key == "provenance.source.sha256" {
+            if e.key == PROVENANCE_SHA256 {
                 e.value = Value::Array(Array::String(source_sha256.to_vec()));
             }
         }
@@ -991,7 +1006,7 @@ fn gguf_to_source_hint(gguf: &str) -> String {
     }
     if let Some(rest) = gguf.strip_prefix("blk.") {
         if let Some((i, suffix)) = rest.split_once('.') {
-            if let Some((src, ..)) = LAYER_TENSORS.iter().find(|t| t.1 == suffix) {
+            if let Some((src, ..)) = LAYER_TENSORS.iter().find(|t| t.1.suffix() == suffix) {
                 return format!("layers.{i}.{src}");
             }
         }

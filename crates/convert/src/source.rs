@@ -135,6 +135,19 @@ impl SourceLayout {
     pub fn config_path(&self) -> PathBuf {
         self.dir.join(CONFIG_FILE)
     }
+
+    /// The shard index, when the checkpoint is sharded.
+    pub fn index_path(&self) -> Option<PathBuf> {
+        self.weight_map.as_ref().map(|_| self.dir.join(INDEX_FILE))
+    }
+
+    /// Every file a conversion reads: the config, the weight files, the index.
+    pub fn input_files(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.config_path()];
+        v.extend(self.files.iter().map(|f| self.dir.join(f)));
+        v.extend(self.index_path());
+        v
+    }
 }
 
 /// One entry of a safetensors header.

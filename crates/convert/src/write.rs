@@ -24,7 +24,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use dspark_gguf::{pad_to, GgmlType};
-use dspark_quant::{float, kernels, ErrorSums, SourceDtype};
+use dspark_quant::{float, kernels, ErrorSums};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -137,31 +137,16 @@ pub(crate) fn compute_chunk(
             });
         }
         let mut bytes = vec![0u8; out_bytes(t.ty, c.len)];
-        let lossy = match t.ty {
-            GgmlType::Q8_0 => {
-                (k.quantize_q8_0)(x, &mut bytes);
-                y.resize(x.len(), 0.0);
-                (k.dequantize_q8_0)(&bytes, y);
-                true
-            }
-            GgmlType::F16 => {
-                float::encode_f16(x, &mut bytes);
-                y.resize(x.len(), 0.0);
-                float::decode(SourceDtype::F16, &bytes, y);
-                true
-            }
-            GgmlType::BF16 => {
-                float::encode_bf16(x, &mut bytes);
-                y.resize(x.len(), 0.0);
-                float::decode(SourceDtype::BF16, &bytes, y);
-                true
-            }
-            GgmlType::F32 => {
-                float::encode_f32(x, &mut bytes);
-                false
-            }
-            other => unreachable!("the plan never chooses {other}"),
-        };
+        // F32 output is exact: its round trip would be the input itself.
+        let f = k
+            .format(t.ty)
+            .expect("the plan chooses types of the kernel table");
+        (f.quantize)(x, &mut bytes);
+        let lossy = t.ty != GgmlType::F32;
+        if lossy {
+            y.resize(x.len(), 0.0);
+            (f.dequantize)(&bytes, y);
+        }
         let errors = if lossy {
             (k.error_sums)(x, y)
         } else {

@@ -9,7 +9,7 @@ use std::path::Path;
 use cap::Cap;
 use dspark_convert::config::DraftConfig;
 use dspark_convert::source::parse_header;
-use dspark_convert::verify::{check_contract, check_output_contract};
+use dspark_convert::verify::check_output_contract;
 use dspark_gguf::GgufFile;
 
 #[global_allocator]
@@ -26,7 +26,7 @@ fn seed(name: &str) -> Vec<u8> {
 }
 
 /// SplitMix64, so the flips are the same on every run.
-use dspark_quant::rng::SplitMix64 as Rng;
+use dspark_testkit::rng::SplitMix64 as Rng;
 
 /// Every truncation, then `flips` mutants: single bit flips, random bytes, and 8-byte
 /// fields overwritten with extreme values (counts, lengths, dims, offsets).
@@ -93,7 +93,9 @@ fn gguf_files() {
                     for t in file.tensors() {
                         assert_eq!(t.data.len() as u64, t.info.n_bytes());
                     }
-                    let _ = check_contract(&file);
+                    let _ =
+                        dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types());
+                    let _ = dspark_contract::qwen3::check(&file, &dspark_quant::matrix_types());
                     let _ = check_output_contract(&file);
                 }
                 Err(e) => {

@@ -20,7 +20,7 @@ fn input(n: usize) -> Vec<f32> {
 }
 
 fn kernels() -> Vec<Kernels> {
-    let mut k = vec![Kernels::SCALAR];
+    let mut k = vec![Kernels::scalar()];
     k.extend(Kernels::avx2());
     k
 }
@@ -33,7 +33,11 @@ fn quantize(c: &mut Criterion) {
         g.throughput(Throughput::Bytes((n * 4) as u64));
         for k in kernels() {
             g.bench_with_input(BenchmarkId::new(k.isa, level), &x, |b, x| {
-                b.iter(|| (k.quantize_q8_0)(x, &mut out))
+                b.iter(|| {
+                    (k.format(dspark_gguf::GgmlType::Q8_0)
+                        .expect("Q8_0")
+                        .quantize)(x, &mut out)
+                })
             });
         }
     }
@@ -51,7 +55,9 @@ fn round_trip_error(c: &mut Criterion) {
         for k in kernels() {
             g.bench_with_input(BenchmarkId::new(k.isa, level), &q, |b, q| {
                 b.iter(|| {
-                    (k.dequantize_q8_0)(q, &mut y);
+                    (k.format(dspark_gguf::GgmlType::Q8_0)
+                        .expect("Q8_0")
+                        .dequantize)(q, &mut y);
                     (k.error_sums)(&x, &y)
                 })
             });

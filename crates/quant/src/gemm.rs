@@ -1,5 +1,6 @@
 //! Weight matrix × activation columns: `y[c] = W · x[c]` for 1 to a few columns (decode,
-//! draft block, verify block), with W in F32, F16, BF16 or Q8_0 rows as stored in a GGUF.
+//! draft block, verify block), with W in any format of the kernel table ([`crate::FORMATS`])
+//! as stored in a GGUF.
 //!
 //! **Numerics contract.** Every output element `y[c][r]` is computed by one call of the
 //! row kernel on row `r` and column `c`, whatever the number of columns and however the
@@ -9,75 +10,74 @@
 //!
 //! Q8_0 weights multiply Q8_0 activations (each column is quantized once with
 //! [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul; see [`Columns`]): per
-//! block an exact integer dot, scaled by `d_w · d_x`. Plain weights multiply f32 activations. The AVX2 row
-//! kernel (in `gemm/x86_64.rs`) sums in a different order than the scalar reference here,
-//! so they agree within [`DOT_TOLERANCE`] of `Σ|w·x|`, not bit for bit. It processes a few
+//! block an exact integer dot, scaled by `d_w · d_x`. Plain weights multiply f32
+//! activations. The AVX2 row kernels (in `gemm/x86_64.rs`) sum in a different order than
+//! the formats' scalar references (`dot_ref`), so they agree within [`DOT_TOLERANCE`] of
+//! `Σ|w·x|`, not bit for bit. Each processes a few
 //! columns per pass over a row, with per-column work identical to a single column's.
 
-use half::{bf16, f16};
+use dspark_gguf::GgmlType;
+use half::f16;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use crate::format::{Activation, FormatKernels};
 use crate::q8_0::{BLOCK_BYTES, QK8_0};
+use crate::Kernels;
 
 /// Relative tolerance between a fast dot product and its scalar reference, as a fraction
 /// of `Σ |w_k · x_k|` (f32 accumulation over up to ~10^5 terms in different orders).
 pub const DOT_TOLERANCE: f32 = 1e-5;
 
-/// Storage type of a weight matrix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightType {
-    /// f32 little-endian.
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// Q8_0 blocks of 32.
-    Q8_0,
-}
-
-impl WeightType {
-    /// Bytes of one row of `cols` values (`cols` a multiple of 32 for Q8_0).
-    pub fn row_bytes(self, cols: usize) -> usize {
-        match self {
-            WeightType::F32 => cols * 4,
-            WeightType::F16 | WeightType::BF16 => cols * 2,
-            WeightType::Q8_0 => cols / QK8_0 * BLOCK_BYTES,
-        }
-    }
-}
-
-/// A row-major weight matrix: `rows` rows of `cols` values (GGUF `ne = [cols, rows]`).
+/// A row-major weight matrix: `rows` rows of `cols` values (GGUF `ne = [cols, rows]`) of a
+/// format in the kernel table.
 #[derive(Clone, Copy, Debug)]
 pub struct Matrix<'a> {
-    /// Storage type.
-    pub ty: WeightType,
+    /// Storage type (always one of [`crate::FORMATS`]).
+    pub ty: GgmlType,
     /// Output size.
     pub rows: usize,
-    /// Input size (a multiple of 32 for Q8_0).
+    /// Input size (whole blocks of the format).
     pub cols: usize,
-    /// `rows × row_bytes(cols)` bytes.
+    /// `rows × row_bytes` bytes.
     pub data: &'a [u8],
+    row_bytes: usize,
 }
 
 impl<'a> Matrix<'a> {
-    /// Checks the sizes; `None` if `data` does not hold exactly `rows` rows of `cols`.
-    pub fn new(ty: WeightType, rows: usize, cols: usize, data: &'a [u8]) -> Option<Matrix<'a>> {
-        let whole_blocks = ty != WeightType::Q8_0 || cols.is_multiple_of(QK8_0);
-        (whole_blocks && data.len() == rows.checked_mul(ty.row_bytes(cols))?).then_some(Matrix {
+    /// Checks the type and sizes; `None` if no kernel runs `ty`, `cols` is not whole
+    /// blocks, or `data` does not hold exactly `rows` rows of `cols`.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Option<Matrix<'a>> {
+        let f = crate::format_of(ty)?;
+        if cols == 0 || !cols.is_multiple_of(f.block_len()) {
+            return None;
+        }
+        let row_bytes = f.row_bytes(cols);
+        (data.len() == rows.checked_mul(row_bytes)?).then_some(Matrix {
             ty,
             rows,
             cols,
             data,
+            row_bytes,
         })
     }
 
     /// Row `r`'s bytes.
     pub fn row(&self, r: usize) -> &'a [u8] {
-        let n = self.ty.row_bytes(self.cols);
-        &self.data[r * n..(r + 1) * n]
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The kernel-table row of this matrix's format, for this CPU.
+    pub fn format(&self) -> &'static FormatKernels {
+        crate::kernels()
+            .format(self.ty)
+            .expect("Matrix::new admits only types in the table")
     }
 }
 
@@ -88,17 +88,11 @@ impl Matrix<'_> {
     /// If `r` is out of range or `out.len() != cols`.
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows && out.len() == self.cols, "row_f32 bounds");
-        let row = self.row(r);
-        match self.ty {
-            WeightType::F32 => crate::float::decode(crate::SourceDtype::F32, row, out),
-            WeightType::F16 => crate::float::decode(crate::SourceDtype::F16, row, out),
-            WeightType::BF16 => crate::float::decode(crate::SourceDtype::BF16, row, out),
-            WeightType::Q8_0 => crate::q8_0::dequantize_ref(row, out),
-        }
+        (self.format().dequantize)(self.row(r), out);
     }
 }
 
-/// Activation columns prepared for one weight type: the f32 values, and for Q8_0 weights
+/// Activation columns prepared for one [`Activation`] format: the f32 values, and for Q8_0
 /// each column's Q8_0 blocks split into f32 scales and i8 quants (quantized once with
 /// [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul).
 #[derive(Clone, Debug)]
@@ -135,18 +129,18 @@ fn transposed_slot(group: usize, k: usize, groups: usize) -> usize {
 }
 
 impl<'x> Columns<'x> {
-    /// `x` as columns of `len` values, with Q8_0 blocks when `ty` is Q8_0.
+    /// `x` as columns of `len` values, prepared for `activation`.
     ///
     /// # Panics
     /// If `x` is not whole columns, or (Q8_0) `len` is not a multiple of 32.
-    pub fn new(ty: WeightType, x: &'x [f32], len: usize) -> Columns<'x> {
+    pub fn new(activation: Activation, x: &'x [f32], len: usize) -> Columns<'x> {
         assert!(
             len > 0 && x.len().is_multiple_of(len),
             "x must hold whole columns of {len}"
         );
         let n = x.len() / len;
         let (mut d, mut qs) = (Vec::new(), Vec::new());
-        if ty == WeightType::Q8_0 {
+        if activation == Activation::Q8_0 {
             assert!(len.is_multiple_of(QK8_0), "Q8_0 columns are whole blocks");
             let blocks = x.len() / QK8_0;
             d.reserve_exact(blocks);
@@ -225,57 +219,6 @@ impl<'x> Columns<'x> {
 /// row-major): `(matrix, first, columns, out)`.
 pub type RowKernel = fn(&Matrix<'_>, usize, &Columns<'_>, &mut [f32]);
 
-/// The scalar row kernel: [`dot_ref`] for each row and column.
-pub fn row_ref(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
-    let n = x.count();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
-        for (c, o) in row_out.iter_mut().enumerate() {
-            *o = dot_ref(w.ty, w.row(first + i), x, c);
-        }
-    }
-}
-
-/// Scalar reference of one row · column `c` (Q8_0 rows use the column's Q8_0 blocks,
-/// other rows its f32 values).
-pub fn dot_ref(ty: WeightType, row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-    let xf = x.f32(c);
-    match ty {
-        WeightType::F32 => row
-            .chunks_exact(4)
-            .zip(xf)
-            .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
-            .sum(),
-        WeightType::F16 => row
-            .chunks_exact(2)
-            .zip(xf)
-            .map(|(b, &v)| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
-            .sum(),
-        WeightType::BF16 => row
-            .chunks_exact(2)
-            .zip(xf)
-            .map(|(b, &v)| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
-            .sum(),
-        WeightType::Q8_0 => {
-            let (xd, xq) = x.q8(c);
-            let mut acc = 0.0f32;
-            for ((wb, &dx), qx) in row
-                .chunks_exact(BLOCK_BYTES)
-                .zip(xd)
-                .zip(xq.chunks_exact(QK8_0))
-            {
-                let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
-                let isum: i32 = wb[2..]
-                    .iter()
-                    .zip(qx)
-                    .map(|(&a, &b)| i32::from(a as i8) * i32::from(b))
-                    .sum();
-                acc += dw * dx * isum as f32;
-            }
-            acc
-        }
-    }
-}
-
 /// Rows per task when splitting `rows` rows across threads: about eight tasks per
 /// thread (for balance), never fewer than 16 rows (for overhead).
 fn rows_per_task(rows: usize) -> usize {
@@ -283,12 +226,12 @@ fn rows_per_task(rows: usize) -> usize {
 }
 
 /// `y[c * w.rows + r] = Σ_k W[r][k] · x[c * w.cols + k]` for each of the `x.len() / w.cols`
-/// columns, with `kernel` for every element, on the current rayon pool.
+/// columns, with the row kernel `kernels` has for the format, on the current rayon pool.
 ///
 /// # Panics
 /// If `x` is not whole columns or `y` is not `columns × rows`.
-pub fn gemm_with(kernel: RowKernel, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
-    gemm_many_with(kernel, &[w], x, &mut [y]);
+pub fn gemm_with(kernels: &Kernels, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
+    gemm_many_with(kernels, &[w], x, &mut [y]);
 }
 
 /// Several matrices of the same type and input size times the same columns, in one
@@ -298,14 +241,18 @@ pub fn gemm_with(kernel: RowKernel, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
 /// # Panics
 /// If the matrices differ in type or input size, `x` is not whole columns, or a `ys[i]` is
 /// not `columns × ws[i].rows`.
-pub fn gemm_many_with(kernel: RowKernel, ws: &[&Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
+pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
     assert_eq!(ws.len(), ys.len(), "one output per matrix");
     let Some(first) = ws.first() else { return };
     assert!(
         ws.iter().all(|w| w.ty == first.ty && w.cols == first.cols),
         "matrices of one call share type and input size"
     );
-    let x = Columns::new(first.ty, x, first.cols);
+    let format = kernels
+        .format(first.ty)
+        .expect("Matrix::new admits only types in the table");
+    let kernel = format.rows;
+    let x = Columns::new(format.activation, x, first.cols);
     let n = x.count();
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
@@ -348,12 +295,12 @@ pub fn gemm_many_with(kernel: RowKernel, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
 
 /// [`gemm_many_with`] using the fastest row kernel this CPU has.
 pub fn gemm_many(ws: &[&Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
-    gemm_many_with(crate::kernels().dot, ws, x, ys)
+    gemm_many_with(crate::kernels(), ws, x, ys)
 }
 
 /// [`gemm_with`] using the fastest row kernel this CPU has.
 pub fn gemm(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
-    gemm_with(crate::kernels().dot, w, x, y)
+    gemm_with(crate::kernels(), w, x, y)
 }
 
 #[cfg(target_arch = "x86_64")]

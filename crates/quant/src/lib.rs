@@ -1,60 +1,84 @@
-//! Block formats for dspark: scalar references and SIMD kernels that agree with them.
+//! Block formats for dspark: one module per GGUF weight format behind one trait, scalar
+//! references, and SIMD kernels that agree with them.
 //!
 //! # Brief overview
-//! - [`q8_0`]: the Q8_0 block, [`q8_0::quantize_ref`] (ggml's reference quantizer, bit for
-//!   bit) and [`q8_0::dequantize_ref`].
+//! - [`BlockFormat`]: what a format is (its GGUF type, the [`Activation`] it dots with,
+//!   reference quantize / dequantize / dot); one module each: [`fp32`], [`fp16`],
+//!   [`bf16`], [`q8_0`] (ggml's reference quantizer, bit for bit).
+//! - [`FORMATS`]: the table, one row per format, keyed by [`GgmlType`]; [`Kernels`] is the
+//!   table built for this CPU ([`kernels`]), with the attention vector kernels and the
+//!   error sums beside it. Fast kernels equal their references (bytes for quantizers, bits
+//!   for the error sums, [`gemm::DOT_TOLERANCE`] for dot products), and the tests walk the
+//!   table, so a new format is one module plus one row, covered automatically.
+//! - [`gemm`]: weight matrix × 1..16 activation columns, each column computed exactly as it
+//!   would be alone.
 //! - [`float`]: decoding BF16 / F16 / F32 source bytes and encoding F16 / BF16.
 //! - [`error`]: quantization error sums with a defined summation order.
-//! - [`gemm`]: weight matrix × 1..16 activation columns (F32, F16, BF16, Q8_0 weights), each
-//!   column computed exactly as it would be alone.
-//! - [`ops`]: RMSNorm, SiLU, softmax, RoPE (NeoX, YaRN).
 //! - [`vector`]: the f32 dot product and `y += s·x` of attention.
-//! - [`Kernels`]: the fastest implementation of each op this CPU has, chosen once
-//!   ([`kernels`]); every fast kernel equals its reference (bytes for quantizers, bits
-//!   for the error sums), and the tests hold them to it.
 //!
 //! Set `DSPARK_FORCE_SCALAR=1` to make [`kernels`] pick the scalar references (CI runs
 //! the suite that way too).
 //!
 //! # Example
 //! ```
+//! use dspark_gguf::GgmlType;
 //! use dspark_quant::{kernels, q8_0};
 //!
 //! let x: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) / 10.0).collect();
 //! let mut fast = vec![0u8; 68];
 //! let mut reference = vec![0u8; 68];
-//! (kernels().quantize_q8_0)(&x, &mut fast);
+//! let q8 = kernels().format(GgmlType::Q8_0).unwrap();
+//! (q8.quantize)(&x, &mut fast);
 //! q8_0::quantize_ref(&x, &mut reference);
 //! assert_eq!(fast, reference);
+//! assert!(kernels().format(GgmlType::Q4_K).is_none()); // no kernel reads it (yet)
 //! ```
 #![deny(missing_docs)]
 
 use std::sync::OnceLock;
 
+pub mod bf16;
 pub mod error;
 pub mod float;
+pub mod format;
+pub mod fp16;
+pub mod fp32;
 pub mod gemm;
-pub mod ops;
 pub mod q8_0;
-pub mod rng;
 pub mod vector;
+
+use dspark_gguf::GgmlType;
 
 pub use error::ErrorSums;
 pub use float::SourceDtype;
+pub use format::{Activation, BlockFormat, Detected, FormatKernels, Isa};
 
-/// The implementation of each op chosen for this CPU.
+/// How many formats the table holds.
+pub const FORMAT_COUNT: usize = 4;
+
+/// The formats, one row each: `(GGUF type, its kernels for a CPU)`. Adding a format is a
+/// module implementing [`BlockFormat`] and a row here.
+pub const FORMATS: [(GgmlType, fn(Detected) -> FormatKernels); FORMAT_COUNT] = [
+    (GgmlType::F32, <fp32::Fp32 as BlockFormat>::kernels),
+    (GgmlType::F16, <fp16::Fp16 as BlockFormat>::kernels),
+    (GgmlType::BF16, <bf16::Bf16 as BlockFormat>::kernels),
+    (GgmlType::Q8_0, <q8_0::Q8_0 as BlockFormat>::kernels),
+];
+
+/// The weight types some kernel multiplies (the contract checks take this list).
+pub fn matrix_types() -> [GgmlType; FORMAT_COUNT] {
+    FORMATS.map(|(ty, _)| ty)
+}
+
+/// The implementation of each op chosen for one CPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
     /// Which instruction set the kernels use (`"avx512vnni"`, `"avx2"` or `"scalar"`).
     pub isa: &'static str,
-    /// Q8_0 quantization, identical in bytes to [`q8_0::quantize_ref`].
-    pub quantize_q8_0: fn(&[f32], &mut [u8]),
-    /// Q8_0 dequantization, identical in values to [`q8_0::dequantize_ref`].
-    pub dequantize_q8_0: fn(&[u8], &mut [f32]),
+    /// The format table, in [`FORMATS`] order.
+    pub formats: [FormatKernels; FORMAT_COUNT],
     /// Error sums, identical in bits to [`error::error_sums_ref`] (NaN payloads aside).
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
-    /// Weight row · activation columns, within [`gemm::DOT_TOLERANCE`] of [`gemm::dot_ref`].
-    pub dot: gemm::RowKernel,
     /// f32 dot product, within [`gemm::DOT_TOLERANCE`] of [`vector::dot_ref`].
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
     /// `y += s·x`, within rounding of [`vector::axpy_ref`] (fused multiply-add).
@@ -62,94 +86,78 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// The scalar references.
-    pub const SCALAR: Kernels = Kernels {
-        isa: "scalar",
-        quantize_q8_0: q8_0::quantize_ref,
-        dequantize_q8_0: q8_0::dequantize_ref,
-        error_sums: error::error_sums_ref,
-        dot: gemm::row_ref,
-        dot_f32: vector::dot_ref,
-        axpy_f32: vector::axpy_ref,
-    };
-
-    /// The AVX2 kernels with the AVX-512 VNNI Q8_0 row kernel for several columns (the
-    /// same bits as the AVX2 one), or `None` when this CPU lacks any of them.
-    pub fn avx512() -> Option<Kernels> {
+    /// The kernels of `cpu`.
+    pub fn for_cpu(cpu: Detected) -> Kernels {
+        let mut k = Kernels {
+            isa: "scalar",
+            formats: FORMATS.map(|(_, kernels)| kernels(cpu)),
+            error_sums: error::error_sums_ref,
+            dot_f32: vector::dot_ref,
+            axpy_f32: vector::axpy_ref,
+        };
         #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-            {
-                return Kernels::avx2().map(|k| Kernels {
-                    isa: "avx512vnni",
-                    dot: |w, first, x, out| {
-                        // SAFETY: this table is built only after AVX-512 F, VL and VNNI and
-                        // (by `avx2()`) AVX2, FMA and F16C were detected.
-                        unsafe { gemm::x86_64::rows_vnni(w, first, x, out) }
-                    },
-                    ..k
-                });
-            }
+        if cpu.has_avx2() {
+            k.isa = if cpu.isa() == Isa::Avx512Vnni {
+                "avx512vnni"
+            } else {
+                "avx2"
+            };
+            k.error_sums = |x, y| {
+                // SAFETY: built only from a `Detected` with AVX2.
+                unsafe { error::x86_64::error_sums_avx2(x, y) }
+            };
+            k.dot_f32 = |a, b| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::dot_avx2(a, b) }
+            };
+            k.axpy_f32 = |y, s, x| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::axpy_avx2(y, s, x) }
+            };
         }
-        None
+        k
+    }
+
+    /// The scalar references.
+    pub fn scalar() -> Kernels {
+        Kernels::for_cpu(Detected::scalar())
     }
 
     /// The AVX2 kernels, or `None` when this CPU lacks AVX2, FMA or F16C.
     pub fn avx2() -> Option<Kernels> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
-                return Some(Kernels {
-                    isa: "avx2",
-                    quantize_q8_0: |x, out| {
-                        // SAFETY: this table is built only after AVX2 was detected.
-                        unsafe { q8_0::x86_64::quantize_avx2(x, out) }
-                    },
-                    dequantize_q8_0: |q, y| {
-                        // SAFETY: this table is built only after AVX2 was detected.
-                        unsafe { q8_0::x86_64::dequantize_avx2(q, y) }
-                    },
-                    error_sums: |x, y| {
-                        // SAFETY: this table is built only after AVX2 was detected.
-                        unsafe { error::x86_64::error_sums_avx2(x, y) }
-                    },
-                    dot: |w, first, x, out| {
-                        // SAFETY: this table is built only after AVX2, FMA and F16C were detected.
-                        unsafe { gemm::x86_64::rows_avx2(w, first, x, out) }
-                    },
-                    dot_f32: |a, b| {
-                        // SAFETY: this table is built only after AVX2 and FMA were detected.
-                        unsafe { vector::x86_64::dot_avx2(a, b) }
-                    },
-                    axpy_f32: |y, s, x| {
-                        // SAFETY: this table is built only after AVX2 and FMA were detected.
-                        unsafe { vector::x86_64::axpy_avx2(y, s, x) }
-                    },
-                });
-            }
-        }
-        None
+        Detected::avx2().map(Kernels::for_cpu)
+    }
+
+    /// The AVX2 kernels with the AVX-512 VNNI Q8_0 row kernel for several columns (the
+    /// same bits as the AVX2 one), or `None` when this CPU lacks any of them.
+    pub fn avx512() -> Option<Kernels> {
+        Detected::avx512_vnni().map(Kernels::for_cpu)
+    }
+
+    /// The kernels of weight type `ty`, or `None` when no format module reads it.
+    pub fn format(&self, ty: GgmlType) -> Option<&FormatKernels> {
+        self.formats.iter().find(|f| f.ty == ty)
     }
 }
 
-/// The kernels for this CPU, chosen on first use: AVX2 when available, unless
-/// `DSPARK_FORCE_SCALAR` is set to anything but `0`.
+/// The kernels for this CPU, chosen on first use: the widest instruction set available,
+/// unless `DSPARK_FORCE_SCALAR` is set to anything but `0`.
 pub fn kernels() -> &'static Kernels {
     static CHOSEN: OnceLock<Kernels> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let forced = std::env::var_os("DSPARK_FORCE_SCALAR").is_some_and(|v| v != "0");
         if forced {
-            return Kernels::SCALAR;
+            return Kernels::scalar();
         }
         Kernels::avx512()
             .or_else(Kernels::avx2)
-            .unwrap_or(Kernels::SCALAR)
+            .unwrap_or_else(Kernels::scalar)
     })
+}
+
+/// The kernel-table row of `ty` for this CPU, or `None` when no format module reads it.
+pub fn format_of(ty: GgmlType) -> Option<&'static FormatKernels> {
+    kernels().format(ty)
 }
 
 #[cfg(test)]

@@ -8,7 +8,11 @@
 //! for non-finite inputs) gives `q = 0`, as C on x86 does; Rust's saturating `as i8` would
 //! give 127 instead. The SIMD kernel in `q8_0/x86_64.rs` must produce the same bytes.
 
+use dspark_gguf::GgmlType;
 use half::f16;
+
+use crate::format::{Activation, BlockFormat, Detected, FormatKernels};
+use crate::gemm::Columns;
 
 /// Values per block (`QK8_0` in `ggml-common.h`).
 pub const QK8_0: usize = 32;
@@ -73,6 +77,74 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
         for (o, &b) in yb.iter_mut().zip(&qb[2..]) {
             *o = f32::from(b as i8) * d;
         }
+    }
+}
+
+/// The Q8_0 format: rows dot with Q8_0 activation columns (an exact integer dot per block,
+/// scaled by `d_w · d_x`), as ggml's CPU matmul computes them.
+pub struct Q8_0;
+
+impl BlockFormat for Q8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+    const ACTIVATION: Activation = Activation::Q8_0;
+
+    fn quantize_ref(x: &[f32], out: &mut [u8]) {
+        quantize_ref(x, out)
+    }
+
+    fn dequantize_ref(q: &[u8], y: &mut [f32]) {
+        dequantize_ref(q, y)
+    }
+
+    /// `Σ_b (d_w · d_x) · isum_b` in block order, f32, from 0.
+    fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+        let (xd, xq) = x.q8(c);
+        let mut acc = 0.0f32;
+        for ((wb, &dx), qx) in row
+            .chunks_exact(BLOCK_BYTES)
+            .zip(xd)
+            .zip(xq.chunks_exact(QK8_0))
+        {
+            let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
+            let isum: i32 = wb[2..]
+                .iter()
+                .zip(qx)
+                .map(|(&a, &b)| i32::from(a as i8) * i32::from(b))
+                .sum();
+            acc += dw * dx * isum as f32;
+        }
+        acc
+    }
+
+    fn kernels(cpu: Detected) -> FormatKernels {
+        let mut k = FormatKernels::reference::<Q8_0>();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::format::Isa;
+            if cpu.has_avx2() {
+                k.quantize = |x, out| {
+                    // SAFETY: built only from a `Detected` with AVX2.
+                    unsafe { x86_64::quantize_avx2(x, out) }
+                };
+                k.dequantize = |q, y| {
+                    // SAFETY: built only from a `Detected` with AVX2.
+                    unsafe { x86_64::dequantize_avx2(q, y) }
+                };
+                k.rows = |w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                    unsafe { crate::gemm::x86_64::rows_q8_0_avx2(w, first, x, out) }
+                };
+            }
+            if cpu.isa() == Isa::Avx512Vnni {
+                k.rows = |w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX-512 F, VL and VNNI and
+                    // the AVX2 set.
+                    unsafe { crate::gemm::x86_64::rows_q8_0_vnni(w, first, x, out) }
+                };
+            }
+        }
+        let _ = cpu;
+        k
     }
 }
 

@@ -1,8 +1,9 @@
 //! Every fast kernel against its scalar reference: bytes for quantizers, bits for sums.
 
-use crate::{error, q8_0, vector, Kernels};
+use dspark_gguf::GgmlType;
+use dspark_testkit::rng::SplitMix64 as Rng;
 
-use crate::rng::SplitMix64 as Rng;
+use crate::{error, q8_0, vector, Kernels};
 
 /// Any finite f32 bit pattern.
 fn any_finite(rng: &mut Rng) -> f32 {
@@ -73,7 +74,8 @@ fn edge_blocks() -> Vec<[f32; 32]> {
 fn check_quantize(k: &Kernels, x: &[f32]) {
     let mut fast = vec![0u8; x.len() / 32 * 34];
     let mut reference = vec![0u8; fast.len()];
-    (k.quantize_q8_0)(x, &mut fast);
+    let q8 = k.format(GgmlType::Q8_0).expect("Q8_0 is in the table");
+    (q8.quantize)(x, &mut fast);
     q8_0::quantize_ref(x, &mut reference);
     for (i, (f, r)) in fast.chunks(34).zip(reference.chunks(34)).enumerate() {
         assert_eq!(
@@ -86,14 +88,14 @@ fn check_quantize(k: &Kernels, x: &[f32]) {
     }
     let mut yf = vec![0.0f32; x.len()];
     let mut yr = vec![0.0f32; x.len()];
-    (k.dequantize_q8_0)(&fast, &mut yf);
+    (q8.dequantize)(&fast, &mut yf);
     q8_0::dequantize_ref(&reference, &mut yr);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&yf), bits(&yr), "{}: dequantize differs", k.isa);
 }
 
 fn fast_kernels() -> Vec<Kernels> {
-    let mut v = vec![Kernels::SCALAR];
+    let mut v = vec![Kernels::scalar()];
     match Kernels::avx2() {
         Some(k) => v.push(k),
         None => eprintln!("AVX2 not available on this CPU: only the scalar kernels run"),
@@ -226,35 +228,60 @@ fn relative_rmse_of_q8_0_on_gaussian_weights_is_about_half_a_percent() {
     assert!((0.003..0.008).contains(&e), "relative RMSE {e}");
 }
 
-mod gemm {
+/// Every format of the table, on every kernel set this CPU has: quantize and dequantize
+/// against the references (bytes and bits), the row kernel within tolerance of `dot_ref`,
+/// and batched columns equal to single columns bit for bit. A format added to the table is
+/// covered here without a new test.
+mod formats {
     use super::{fast_kernels, Rng};
-    use crate::gemm::{dot_ref, gemm_with, Columns, Matrix, WeightType, DOT_TOLERANCE};
-    use crate::q8_0::quantize_ref;
+    use crate::gemm::{gemm_with, Columns, Matrix, DOT_TOLERANCE};
+    use crate::{FormatKernels, FORMATS};
 
-    const TYPES: [WeightType; 4] = [
-        WeightType::F32,
-        WeightType::F16,
-        WeightType::BF16,
-        WeightType::Q8_0,
-    ];
-
-    /// A random matrix of `ty`, and the f32 values it stores (for magnitudes).
-    fn matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    /// Random bytes of a `rows × cols` matrix of format `f` (through its reference).
+    fn matrix(f: &FormatKernels, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
         let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
-        match ty {
-            WeightType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            WeightType::F16 => v
+        let mut q = vec![0u8; f.row_bytes(cols) * rows];
+        (f.quantize_ref)(&v, &mut q);
+        q
+    }
+
+    /// Row lengths to test: odd ones for one-value formats, whole-block ones otherwise.
+    fn sizes(f: &FormatKernels) -> Vec<usize> {
+        match f.block_len() {
+            1 => (1..70).chain([4096, 14337]).collect(),
+            b => [1, 2, 3, 7, 8, 9, 17, 128, 448]
                 .iter()
-                .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                .map(|n| n * b)
                 .collect(),
-            WeightType::BF16 => v
-                .iter()
-                .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
-                .collect(),
-            WeightType::Q8_0 => {
-                let mut q = vec![0u8; ty.row_bytes(cols) * rows];
-                quantize_ref(&v, &mut q);
-                q
+        }
+    }
+
+    #[test]
+    fn the_table_has_one_row_per_format_and_every_kernel_set_all_of_them() {
+        for k in fast_kernels() {
+            let types: Vec<_> = k.formats.iter().map(|f| f.ty).collect();
+            assert_eq!(types, FORMATS.map(|(t, _)| t).to_vec(), "{}", k.isa);
+        }
+    }
+
+    #[test]
+    fn quantize_and_dequantize_equal_the_references() {
+        let mut rng = Rng(3);
+        for k in fast_kernels() {
+            for f in &k.formats {
+                for n in sizes(f) {
+                    let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+                    let (mut fast, mut reference) =
+                        (vec![0u8; f.row_bytes(n)], vec![0u8; f.row_bytes(n)]);
+                    (f.quantize)(&x, &mut fast);
+                    (f.quantize_ref)(&x, &mut reference);
+                    assert_eq!(fast, reference, "{} {} n {n}", k.isa, f.ty);
+                    let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
+                    (f.dequantize)(&fast, &mut a);
+                    (f.dequantize_ref)(&reference, &mut b);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{} {} n {n}", k.isa, f.ty);
+                }
             }
         }
     }
@@ -263,26 +290,22 @@ mod gemm {
     fn fast_dot_is_within_tolerance_of_the_reference() {
         let mut rng = Rng(21);
         for k in fast_kernels() {
-            for ty in TYPES {
-                let sizes: Vec<usize> = if ty == WeightType::Q8_0 {
-                    vec![32, 64, 96, 256, 288, 544, 4096, 14336]
-                } else {
-                    (1..70).chain([4096, 14337]).collect()
-                };
-                for cols in sizes {
-                    let w = matrix(ty, 1, cols, &mut rng);
-                    let m = Matrix::new(ty, 1, cols, &w).unwrap();
+            for f in &k.formats {
+                for cols in sizes(f) {
+                    let w = matrix(f, 1, cols, &mut rng);
+                    let m = Matrix::new(f.ty, 1, cols, &w).unwrap();
                     let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
-                    let xc = Columns::new(ty, &x, cols);
-                    let mut f = [0.0f32];
-                    (k.dot)(&m, 0, &xc, &mut f);
-                    let f = f[0];
-                    let r = dot_ref(ty, &w, &xc, 0);
+                    let xc = Columns::new(f.activation, &x, cols);
+                    let mut fast = [0.0f32];
+                    (f.rows)(&m, 0, &xc, &mut fast);
+                    let r = (f.dot_ref)(&w, &xc, 0);
                     let scale: f32 = x.iter().map(|v| v.abs()).sum::<f32>() * 0.25 + 1.0;
                     assert!(
-                        (f - r).abs() <= DOT_TOLERANCE * scale,
-                        "{} {ty:?} cols {cols}: {f} vs {r}",
-                        k.isa
+                        (fast[0] - r).abs() <= DOT_TOLERANCE * scale,
+                        "{} {} cols {cols}: {} vs {r}",
+                        k.isa,
+                        f.ty,
+                        fast[0]
                     );
                 }
             }
@@ -294,16 +317,17 @@ mod gemm {
     #[test]
     fn batched_columns_equal_single_columns_bit_for_bit() {
         let mut rng = Rng(5);
-        let (rows, cols) = (37, 288);
+        let rows = 37;
         for k in fast_kernels() {
-            for ty in TYPES {
-                let data = matrix(ty, rows, cols, &mut rng);
-                let w = Matrix::new(ty, rows, cols, &data).unwrap();
+            for f in &k.formats {
+                let cols = 9 * f.block_len().max(32);
+                let data = matrix(f, rows, cols, &mut rng);
+                let w = Matrix::new(f.ty, rows, cols, &data).unwrap();
                 let x: Vec<f32> = (0..16 * cols).map(|_| rng.normal()).collect();
                 let mut singles = vec![0.0f32; 16 * rows];
                 for c in 0..16 {
                     gemm_with(
-                        k.dot,
+                        &k,
                         &w,
                         &x[c * cols..(c + 1) * cols],
                         &mut singles[c * rows..(c + 1) * rows],
@@ -316,13 +340,14 @@ mod gemm {
                             .build()
                             .unwrap();
                         let mut y = vec![0.0f32; n * rows];
-                        pool.install(|| gemm_with(k.dot, &w, &x[..n * cols], &mut y));
+                        pool.install(|| gemm_with(&k, &w, &x[..n * cols], &mut y));
                         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                         assert_eq!(
                             bits(&y),
                             bits(&singles[..n * rows]),
-                            "{} {ty:?} n {n} threads {threads}",
-                            k.isa
+                            "{} {} n {n} threads {threads}",
+                            k.isa,
+                            f.ty
                         );
                     }
                 }
@@ -331,10 +356,20 @@ mod gemm {
     }
 
     #[test]
-    fn matrix_sizes_are_checked() {
-        assert!(Matrix::new(WeightType::Q8_0, 2, 33, &[0u8; 68]).is_none());
-        assert!(Matrix::new(WeightType::F32, 2, 3, &[0u8; 23]).is_none());
-        assert!(Matrix::new(WeightType::BF16, 2, 3, &[0u8; 12]).is_some());
+    fn matrix_sizes_and_types_are_checked() {
+        use dspark_gguf::GgmlType;
+        assert!(Matrix::new(GgmlType::Q8_0, 2, 33, &[0u8; 68]).is_none());
+        assert!(Matrix::new(GgmlType::F32, 2, 3, &[0u8; 23]).is_none());
+        assert!(Matrix::new(GgmlType::BF16, 2, 3, &[0u8; 12]).is_some());
+        assert!(Matrix::new(GgmlType::F32, usize::MAX, 3, &[0u8; 12]).is_none());
+        // No wildcard reads an unknown type as another: types without a module are refused.
+        for ty in GgmlType::all().filter(|t| !crate::matrix_types().contains(t)) {
+            let bytes = vec![0u8; ty.type_size() as usize];
+            assert!(
+                Matrix::new(ty, 1, ty.block_size() as usize, &bytes).is_none(),
+                "{ty}"
+            );
+        }
     }
 }
 
@@ -344,7 +379,7 @@ mod gemm {
 /// what lets the kernel be chosen by column count without changing any result.
 #[test]
 fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
-    use crate::gemm::{gemm_with, Matrix, WeightType};
+    use crate::gemm::{gemm_with, Matrix};
     let (Some(avx2), Some(vnni)) = (Kernels::avx2(), Kernels::avx512()) else {
         eprintln!("AVX2 or AVX-512 VNNI missing: nothing to compare on this CPU");
         return;
@@ -360,12 +395,12 @@ fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
                 *b = 0x80;
             }
         }
-        let w = Matrix::new(WeightType::Q8_0, rows, cols, &q).unwrap();
+        let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
         let x: Vec<f32> = (0..16 * cols).map(|_| rng.normal() * 2.0).collect();
         for n in 1..=16 {
             let run = |k: &Kernels| {
                 let mut y = vec![0.0f32; n * rows];
-                gemm_with(k.dot, &w, &x[..n * cols], &mut y);
+                gemm_with(k, &w, &x[..n * cols], &mut y);
                 y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
             };
             assert_eq!(run(&avx2), run(&vnni), "cols {cols} n {n}");
@@ -378,7 +413,8 @@ fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
 /// computes it (this restates that expression in scalar code and compares bits).
 #[test]
 fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
-    use crate::gemm::{gemm_with, Columns, Matrix, WeightType};
+    use crate::gemm::{gemm_with, Columns, Matrix};
+    use crate::Activation;
     let Some(avx2) = Kernels::avx2() else {
         eprintln!("AVX2 missing: nothing to compare on this CPU");
         return;
@@ -389,12 +425,12 @@ fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
         let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let mut q = vec![0u8; rows * cols / 32 * 34];
         q8_0::quantize_ref(&v, &mut q);
-        let w = Matrix::new(WeightType::Q8_0, rows, cols, &q).unwrap();
+        let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
         for n in 1..=3 {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.normal()).collect();
             let mut y = vec![0.0f32; n * rows];
-            gemm_with(avx2.dot, &w, &x, &mut y);
-            let xc = Columns::new(WeightType::Q8_0, &x, cols);
+            gemm_with(&avx2, &w, &x, &mut y);
+            let xc = Columns::new(Activation::Q8_0, &x, cols);
             for c in 0..n {
                 let (d, qx) = xc.q8(c);
                 for r in 0..rows {

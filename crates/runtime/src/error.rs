@@ -1,4 +1,5 @@
-//! Runtime errors: what in the model file is wrong or unsupported.
+//! Runtime errors: a model file that breaks its contract, a request the loaded models
+//! cannot serve, memory the machine cannot give.
 
 use thiserror::Error;
 
@@ -6,15 +7,14 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum RuntimeError {
-    /// A metadata key is missing or has the wrong type or value.
-    #[error("key `{key}`: {msg}")]
-    Key {
-        /// The key.
-        key: String,
-        /// What is wrong.
-        msg: String,
-    },
-    /// A tensor is missing or has the wrong type or shape.
+    /// The bytes are not a GGUF file.
+    #[error(transparent)]
+    Gguf(#[from] dspark_gguf::GgufError),
+    /// The file breaks its kind's contract (every finding is listed).
+    #[error(transparent)]
+    Contract(#[from] dspark_contract::ContractError),
+    /// A tensor cannot be used as the contract promised (a bug, or a proof from another
+    /// file).
     #[error("tensor `{tensor}`: {msg}")]
     Tensor {
         /// The tensor.
@@ -22,9 +22,32 @@ pub enum RuntimeError {
         /// What is wrong.
         msg: String,
     },
-    /// A request the model cannot serve (context full, token out of range).
+    /// A request the loaded models cannot serve (positions beyond the session, a token
+    /// outside the vocabulary, a drafter made for another target).
     #[error("{0}")]
     Request(String),
+    /// An allocation this machine cannot hold, refused before it was tried.
+    #[error("{what} needs {bytes} bytes of memory{}", available.map_or(String::new(), |a| format!(", but only {a} are available")))]
+    Memory {
+        /// What the memory is for.
+        what: String,
+        /// Bytes needed.
+        bytes: u64,
+        /// Bytes this machine has left, when known.
+        available: Option<u64>,
+    },
+    /// A tokenizer could not be built, or does not fit the target.
+    #[error("{0}")]
+    Tokenizer(String),
+}
+
+impl RuntimeError {
+    pub(crate) fn tensor(tensor: &str, msg: impl Into<String>) -> RuntimeError {
+        RuntimeError::Tensor {
+            tensor: tensor.to_string(),
+            msg: msg.into(),
+        }
+    }
 }
 
 /// Short alias.

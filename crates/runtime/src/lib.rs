@@ -1,27 +1,54 @@
 //! Drafter and target models on the CPU, and the speculative-decoding loop around them.
 //!
 //! # Brief overview
-//! - [`Target`]: what the loop needs from a target model (forward with hidden-state
-//!   capture, KV rollback, embeddings, LM head).
-//! - [`Qwen3`]: the reference target, loaded from a llama.cpp `qwen3` GGUF; a forward over
-//!   n positions is bit-identical to n single-position forwards.
-//! - [`Drafter`]: a `dflash-draft` GGUF (DSpark heads optional): context cache, block
-//!   drafting, Markov chain and confidence head.
-//! - [`spec`]: greedy decoding, plain and speculative (lossless: same tokens).
-//! - [`synth`]: random-weight Qwen3 GGUFs for tests and benchmarks.
+//! - [`models`]: [`Qwen3`] (the reference target, llama.cpp's `qwen3` GGUF) and
+//!   [`Drafter`] (a `dflash-draft` GGUF, DSpark heads optional). Each loads only from the
+//!   contract crate's proof value ([`dspark_contract::Qwen3File`],
+//!   [`dspark_contract::DraftFile`]); weights sit in the file's bytes behind an `Arc`
+//!   ([`ModelBytes`]), shared by any number of sessions ([`Qwen3Session`],
+//!   [`DraftSession`]) that hold one sequence's state each.
+//! - [`Target`]: what the loop needs from a target session, with a rollback contract
+//!   (commit / roll back to a position) a recurrent target can honour too.
+//! - [`generate`]: greedy decoding, plain and speculative (lossless: the same tokens),
+//!   streaming committed tokens to an [`generate::Observer`], with a stop reason and
+//!   [`generate::Stats`].
+//! - [`nn`]: the decoder layer, attention, norms, RoPE; [`cache`]: the KV cache;
+//!   [`memory`]: buffers sized from the request and refused with their byte count.
+//! - [`tokenizer`]: Hugging Face tokenizers, also rebuilt from a GGUF's own vocabulary.
+//!
+//! # Example
+//! ```
+//! use std::sync::Arc;
+//! use dspark_gguf::GgmlType;
+//! use dspark_runtime::generate::{autoregressive, Quiet, Request};
+//! use dspark_runtime::Qwen3;
+//! use dspark_testkit::target::{qwen3_gguf, Qwen3Geometry};
+//!
+//! let bytes = qwen3_gguf(&Qwen3Geometry::tiny(), 1, GgmlType::Q8_0);
+//! let model = Arc::new(Qwen3::open(Arc::new(bytes))?);
+//! let req = Request { prompt: &[5, 6, 7], max_tokens: 4, context: 64, stop: &[], eos: None };
+//! // Two sessions on one loaded model give the same tokens.
+//! let a = autoregressive(&mut model.session(req.positions(0))?, &req, &mut Quiet)?;
+//! let b = autoregressive(&mut model.session(req.positions(0))?, &req, &mut Quiet)?;
+//! assert_eq!(a.tokens.len(), 4);
+//! assert_eq!(a.tokens, b.tokens);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
-pub mod dspark;
+pub mod cache;
 pub mod error;
-mod layer;
-pub mod qwen3;
-pub mod spec;
-pub mod synth;
+pub mod generate;
+pub mod memory;
+pub mod models;
+pub mod nn;
 pub mod target;
-pub mod weights;
+pub mod tokenizer;
+mod weights;
 
-pub use dspark::{Draft, DraftConfig, DraftTimes, Drafter};
 pub use error::{Result, RuntimeError};
-pub use qwen3::{Qwen3, Qwen3Config};
-pub use target::{Forward, Target};
+pub use models::dspark::{Draft, DraftSession, DraftTimes, Drafter};
+pub use models::qwen3::{Qwen3, Qwen3Session};
+pub use target::{Forward, Logits, Target, TargetShape};
+pub use weights::ModelBytes;

@@ -1,11 +1,33 @@
-//! What the speculative loop needs from a target model.
+//! What the decoding loop needs from a target session.
+//!
+//! # The rollback contract
+//! A session holds positions `0..len()`. [`Target::forward`] appends positions
+//! tentatively; [`Target::rollback`] returns to any position between [`Target::committed`]
+//! and `len()`; [`Target::commit`] makes every position so far permanent — it is the
+//! snapshot later rollbacks return to at most, so the session may drop whatever it kept
+//! to undo older positions. A KV cache honours this by moving its length (nothing to
+//! keep); a recurrent layer (Kimi K3's KDA) keeps its state at the last commit plus what
+//! it needs to replay or restore any position since (ReplaySSM), and drops it at commit.
+//! The speculative loop commits after every round, so a recurrent target never keeps more
+//! than one round of history.
+
+pub use dspark_contract::TargetShape;
 
 use crate::error::Result;
+
+/// Which rows of logits a forward returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// One row per position (verification).
+    All,
+    /// The last position's row only (prefill).
+    Last,
+}
 
 /// The result of a target forward over n positions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Forward {
-    /// `n × vocab` logits, position-major.
+    /// Logits, position-major: `n × vocab` ([`Logits::All`]) or `vocab` ([`Logits::Last`]).
     pub logits: Vec<f32>,
     /// `n × captured layers × hidden`: per position, the residual stream after each
     /// requested layer (before the final norm), in the order requested (the drafter's
@@ -13,27 +35,42 @@ pub struct Forward {
     pub captured: Vec<f32>,
 }
 
-/// A target model with a KV cache that can be rolled back.
+/// A target model's session: its weights (shared) and one sequence's state.
 pub trait Target {
-    /// Vocabulary size.
-    fn vocab_size(&self) -> usize;
-    /// Hidden size.
-    fn hidden_size(&self) -> usize;
-    /// Decoder layers.
-    fn n_layers(&self) -> usize;
-    /// Committed positions in the KV cache.
+    /// Hidden size, layers, vocabulary.
+    fn shape(&self) -> TargetShape;
+    /// Positions this session can hold (sized from its request, within the context).
+    fn capacity(&self) -> usize;
+    /// Positions held (committed and tentative).
     fn len(&self) -> usize;
-    /// True when nothing is cached.
+    /// True when nothing is held.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Runs `tokens` at positions `len()..len()+n`, appending to the cache, capturing the
-    /// outputs of layers `capture`.
-    fn forward(&mut self, tokens: &[u32], capture: &[usize]) -> Result<Forward>;
-    /// Rolls the cache back to `len` positions (a no-op if already shorter).
-    fn truncate(&mut self, len: usize);
+    /// Runs `tokens` at positions `len()..len() + n`, appending them tentatively and
+    /// capturing the outputs of layers `capture`. Fails, changing nothing, when a token is
+    /// outside the vocabulary, a layer does not exist, or the positions exceed
+    /// [`Target::capacity`].
+    fn forward(&mut self, tokens: &[u32], capture: &[usize], logits: Logits) -> Result<Forward>;
+    /// The positions no rollback can go below.
+    fn committed(&self) -> usize;
+    /// Makes positions `0..len()` permanent.
+    fn commit(&mut self);
+    /// Returns to `to` positions, `committed() <= to <= len()`; anything else is an error
+    /// that changes nothing.
+    fn rollback(&mut self, to: usize) -> Result<()>;
     /// Token embeddings, `tokens.len() × hidden`.
     fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()>;
     /// The LM head applied to already-normed hidden states (`n × hidden` → `n × vocab`).
     fn lm_head(&self, hidden: &[f32], logits: &mut [f32]);
+}
+
+/// The rollback rule every session applies: `committed <= to <= len`.
+pub(crate) fn check_rollback(committed: usize, len: usize, to: usize) -> Result<()> {
+    if to < committed || to > len {
+        return Err(crate::RuntimeError::Request(format!(
+            "cannot roll back to position {to}: positions {committed}..={len} are reachable"
+        )));
+    }
+    Ok(())
 }

@@ -1,14 +1,23 @@
-//! AVX2 + FMA + F16C row kernels for [`super::gemm_with`], checked against
-//! [`super::dot_ref`] within [`super::DOT_TOLERANCE`] by the tests.
+//! x86-64 row kernels for [`super::gemm_with`], each checked against its format's scalar
+//! `dot_ref` within [`super::DOT_TOLERANCE`] by the tests, and reached only through the
+//! kernel table rows of `fp32.rs`, `fp16.rs`, `bf16.rs` and `q8_0.rs`:
+//! - [`rows_plain`] (AVX2 + FMA + F16C): F32 / F16 / BF16 rows, one weight load converted
+//!   once and shared by up to [`GROUP`] columns.
+//! - [`rows_q8_0_avx2`]: Q8_0 rows with `vpmaddubsw` + `vpmaddwd` integer dots, eight
+//!   blocks reduced at once; rows shorter than eight blocks eight rows at a time.
+//! - [`rows_q8_0_vnni`] (AVX-512 VNNI, two or more columns): eight weight blocks transposed
+//!   once and shared by up to 16 columns, `vpdpbusd` leaving each block's sum in its own
+//!   lane. It gives the same bits as the AVX2 kernel (tested), so the choice by column
+//!   count never changes a result.
 //!
-//! (A variant with the VNNI byte dot product `vpdpbusd` in place of `vpmaddubsw` +
-//! `vpmaddwd` gives the same bits but measured 1.5× slower on the AMD EPYC this project
-//! benchmarks on — 3.03 vs 2.05 ms for a 14336 × 7168 matrix — so it is not kept.)
+//! (Inside the one-column AVX2 kernel, `vpdpbusd` in place of `vpmaddubsw` + `vpmaddwd`
+//! gives the same bits but measured 1.5× slower on the AMD EPYC this project benchmarks on
+//! — 3.03 vs 2.05 ms for a 14336 × 7168 matrix — so that variant is not kept.)
 //!
-//! A row is multiplied with up to [`GROUP`] columns at once: the weight block is loaded
-//! and converted once, then each column runs its own accumulators. Column `c`'s
-//! instruction sequence is the same whatever the group holds, so one column alone and the
-//! same column among others give the same bits.
+//! A row is multiplied with several columns at once: the weight block is loaded and
+//! converted once, then each column runs its own accumulators. Column `c`'s instruction
+//! sequence is the same whatever the group holds, so one column alone and the same column
+//! among others give the same bits.
 
 // The kernels walk several per-column arrays (scales, quants, accumulators) by one index.
 #![allow(clippy::needless_range_loop)]
@@ -17,7 +26,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::{Columns, Matrix, WeightType};
+use super::{Columns, Matrix};
 use crate::q8_0::{BLOCK_BYTES, QK8_0};
 
 /// Horizontal sum of 8 lanes, in a fixed order.
@@ -29,33 +38,63 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
-/// Eight weights from element `k` of `row`, as f32.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C, and `row` must hold at least `k + 8` values of `ty`.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn load8(ty: WeightType, row: &[u8], k: usize) -> __m256 {
-    // SAFETY: the caller guarantees k + 8 values are in bounds.
-    unsafe {
-        match ty {
-            WeightType::F32 => _mm256_loadu_ps(row.as_ptr().add(4 * k).cast()),
-            WeightType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(2 * k).cast())),
-            _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-                _mm_loadu_si128(row.as_ptr().add(2 * k).cast()),
-            ))),
-        }
+/// How a plain (one value per element) weight format loads into f32 lanes.
+pub(crate) trait PlainLoad {
+    /// Bytes per value.
+    const WIDTH: usize;
+    /// Eight weights from element `k` of `row`, as f32.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C, and `row` must hold at least `k + 8` values.
+    unsafe fn load8(row: &[u8], k: usize) -> __m256;
+    /// Weight `j` of `row`, as f32.
+    fn one(row: &[u8], j: usize) -> f32;
+}
+
+/// F32 weights.
+pub(crate) struct LoadF32;
+/// F16 weights.
+pub(crate) struct LoadF16;
+/// BF16 weights.
+pub(crate) struct LoadBf16;
+
+impl PlainLoad for LoadF32 {
+    const WIDTH: usize = 4;
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(row: &[u8], k: usize) -> __m256 {
+        // SAFETY: the caller guarantees k + 8 values are in bounds.
+        unsafe { _mm256_loadu_ps(row.as_ptr().add(4 * k).cast()) }
+    }
+    fn one(row: &[u8], j: usize) -> f32 {
+        f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]])
     }
 }
 
-fn scalar_weight(ty: WeightType, row: &[u8], j: usize) -> f32 {
-    match ty {
-        WeightType::F32 => {
-            f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]])
+impl PlainLoad for LoadF16 {
+    const WIDTH: usize = 2;
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(row: &[u8], k: usize) -> __m256 {
+        // SAFETY: the caller guarantees k + 8 values are in bounds.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(2 * k).cast())) }
+    }
+    fn one(row: &[u8], j: usize) -> f32 {
+        f16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32()
+    }
+}
+
+impl PlainLoad for LoadBf16 {
+    const WIDTH: usize = 2;
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(row: &[u8], k: usize) -> __m256 {
+        // SAFETY: the caller guarantees k + 8 values are in bounds.
+        unsafe {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                _mm_loadu_si128(row.as_ptr().add(2 * k).cast()),
+            )))
         }
-        WeightType::F16 => {
-            f16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32()
-        }
-        _ => f32::from_bits(u32::from(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])) << 16),
+    }
+    fn one(row: &[u8], j: usize) -> f32 {
+        f32::from_bits(u32::from(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])) << 16)
     }
 }
 
@@ -167,15 +206,14 @@ unsafe fn q8_group<const G: usize>(row: &[u8], d: [&[f32]; G], q: [&[i8]; G], ou
 /// F32 / F16 / BF16 row · G columns (`x[c]` = column c). Column c's operations do not
 /// depend on G.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn plain_group<const G: usize>(ty: WeightType, row: &[u8], x: [&[f32]; G], out: &mut [f32]) {
+fn plain_group<L: PlainLoad, const G: usize>(row: &[u8], x: [&[f32]; G], out: &mut [f32]) {
     let cols = x[0].len();
-    let width = if ty == WeightType::F32 { 4 } else { 2 };
-    assert_eq!(row.len(), cols * width);
+    assert_eq!(row.len(), cols * L::WIDTH);
     let mut acc = [[_mm256_setzero_ps(); 2]; G];
     let mut k = 0;
     while k + 8 <= cols {
         // SAFETY: k + 8 <= cols and the row holds cols values.
-        let w = unsafe { load8(ty, row, k) };
+        let w = unsafe { L::load8(row, k) };
         let p = (k / 8) % 2;
         for c in 0..G {
             let xc = &x[c][k..k + 8];
@@ -188,7 +226,7 @@ fn plain_group<const G: usize>(ty: WeightType, row: &[u8], x: [&[f32]; G], out: 
     for c in 0..G {
         let mut s = hsum(_mm256_add_ps(acc[c][0], acc[c][1]));
         for (j, &xv) in x[c].iter().enumerate().skip(k) {
-            s += scalar_weight(ty, row, j) * xv;
+            s += L::one(row, j) * xv;
         }
         out[c] = s;
     }
@@ -283,52 +321,72 @@ fn group_size(n: usize, done: usize, max: usize) -> usize {
 /// Columns sharing one pass over a row.
 const GROUP: usize = 4;
 
-/// Rows `first..first + out.len() / n` · all n columns, row-major into `out`. Columns go
-/// in groups of up to four; each column's result is the same bits whatever its group.
+/// Plain rows `first..first + out.len() / n` · all n columns, row-major into `out`.
+/// Columns go in groups of up to four; each column's result is the same bits whatever its
+/// group.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_avx2(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
+pub(crate) unsafe fn rows_plain<L: PlainLoad>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
     let n = x.count();
-    let k = out.len() / n;
-    let mut i0 = 0;
-    if w.ty == WeightType::Q8_0 && w.cols / QK8_0 < 8 {
-        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-        i0 = unsafe { q8_short_rows(w, first, x, out) };
-    }
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate().skip(i0) {
-        debug_assert!(i < k);
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first + i);
         let mut done = 0;
         while done < n {
             let g = group_size(n, done, GROUP);
             let o = &mut row_out[done..done + g];
-            let at = done;
-            if w.ty == WeightType::Q8_0 {
-                let d = |c: usize| x.q8(at + c).0;
-                let q = |c: usize| x.q8(at + c).1;
-                // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-                unsafe {
-                    match g {
-                        4 => q8_group::<4>(
-                            row,
-                            [d(0), d(1), d(2), d(3)],
-                            [q(0), q(1), q(2), q(3)],
-                            o,
-                        ),
-                        3 => q8_group::<3>(row, [d(0), d(1), d(2)], [q(0), q(1), q(2)], o),
-                        2 => q8_group::<2>(row, [d(0), d(1)], [q(0), q(1)], o),
-                        _ => q8_group::<1>(row, [d(0)], [q(0)], o),
-                    }
-                }
-            } else {
-                let f = |c: usize| x.f32(at + c);
+            let f = |c: usize| x.f32(done + c);
+            match g {
+                4 => plain_group::<L, 4>(row, [f(0), f(1), f(2), f(3)], o),
+                3 => plain_group::<L, 3>(row, [f(0), f(1), f(2)], o),
+                2 => plain_group::<L, 2>(row, [f(0), f(1)], o),
+                _ => plain_group::<L, 1>(row, [f(0)], o),
+            }
+            done += g;
+        }
+    }
+}
+
+/// Q8_0 rows `first..first + out.len() / n` · all n columns, row-major into `out`.
+/// Columns go in groups of up to four; each column's result is the same bits whatever its
+/// group.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_q8_0_avx2(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    let mut i0 = 0;
+    if w.cols / QK8_0 < 8 {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        i0 = unsafe { q8_short_rows(w, first, x, out) };
+    }
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate().skip(i0) {
+        let row = w.row(first + i);
+        let mut done = 0;
+        while done < n {
+            let g = group_size(n, done, GROUP);
+            let o = &mut row_out[done..done + g];
+            let d = |c: usize| x.q8(done + c).0;
+            let q = |c: usize| x.q8(done + c).1;
+            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+            unsafe {
                 match g {
-                    4 => plain_group::<4>(w.ty, row, [f(0), f(1), f(2), f(3)], o),
-                    3 => plain_group::<3>(w.ty, row, [f(0), f(1), f(2)], o),
-                    2 => plain_group::<2>(w.ty, row, [f(0), f(1)], o),
-                    _ => plain_group::<1>(w.ty, row, [f(0)], o),
+                    4 => q8_group::<4>(row, [d(0), d(1), d(2), d(3)], [q(0), q(1), q(2), q(3)], o),
+                    3 => q8_group::<3>(row, [d(0), d(1), d(2)], [q(0), q(1), q(2)], o),
+                    2 => q8_group::<2>(row, [d(0), d(1)], [q(0), q(1)], o),
+                    _ => q8_group::<1>(row, [d(0)], [q(0)], o),
                 }
             }
             done += g;
@@ -636,16 +694,21 @@ const GROUP_VNNI: usize = 16;
 /// bits, so the choice never changes a result.
 const VNNI_MIN_COLUMNS: usize = 2;
 
-/// [`rows_avx2`] with the VNNI Q8_0 kernel for two or more columns (same bits).
+/// [`rows_q8_0_avx2`] with the VNNI kernel for two or more columns (same bits).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, VL and VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn rows_vnni(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
+pub(crate) unsafe fn rows_q8_0_vnni(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
     let n = x.count();
-    if w.ty != WeightType::Q8_0 || n < VNNI_MIN_COLUMNS {
+    if n < VNNI_MIN_COLUMNS {
         // SAFETY: AVX2, FMA and F16C are among this function's requirements.
-        return unsafe { rows_avx2(w, first, x, out) };
+        return unsafe { rows_q8_0_avx2(w, first, x, out) };
     }
     let mut done = 0;
     while done < n {

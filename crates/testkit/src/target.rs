@@ -1,13 +1,16 @@
 //! Random-weight Qwen3 targets in llama.cpp's `qwen3` GGUF layout, deterministic from a
 //! seed, for tests and benchmarks. Matrices are Q8_0 (or F32), norms F32 near 1.
 
+use dspark_contract::names::tensors::{LayerDims, LayerTensor, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+use dspark_contract::names::tokenizer as tk;
+use dspark_contract::names::{self, keys};
+use dspark_contract::qwen3::ARCH;
 use dspark_gguf::{Array, GgmlType, Header, TensorInfo, Value};
-use dspark_quant::gemm::{gemm, Matrix, WeightType};
 use dspark_quant::q8_0::quantize_ref;
-use dspark_quant::rng::SplitMix64;
 
-use crate::error::{Result, RuntimeError};
-use crate::target::{Forward, Target};
+use dspark_runtime::tokenizer::byte_char;
+
+use crate::rng::SplitMix64;
 
 /// The shape of a synthetic Qwen3 target.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,61 +119,54 @@ pub fn qwen3_gguf(g: &Qwen3Geometry, seed: u64, ty: GgmlType) -> Vec<u8> {
     );
     let mut h = Header::new();
     let kv = |h: &mut Header, k: &str, v: Value| h.push_kv(k, v).expect("unique keys");
+    kv(&mut h, names::ARCHITECTURE, Value::String(ARCH.into()));
     kv(
         &mut h,
-        "general.architecture",
-        Value::String("qwen3".into()),
-    );
-    kv(
-        &mut h,
-        "general.name",
+        names::general::NAME,
         Value::String("dspark synthetic qwen3".into()),
     );
     for (k, v) in [
-        ("context_length", g.context),
-        ("embedding_length", g.hidden),
-        ("block_count", g.layers),
-        ("feed_forward_length", g.ffn),
-        ("attention.head_count", g.heads),
-        ("attention.head_count_kv", g.kv_heads),
-        ("attention.key_length", g.head_dim),
-        ("attention.value_length", g.head_dim),
+        (keys::CONTEXT_LENGTH, g.context),
+        (keys::EMBEDDING_LENGTH, g.hidden),
+        (keys::BLOCK_COUNT, g.layers),
+        (keys::FEED_FORWARD_LENGTH, g.ffn),
+        (keys::HEAD_COUNT, g.heads),
+        (keys::HEAD_COUNT_KV, g.kv_heads),
+        (keys::KEY_LENGTH, g.head_dim),
+        (keys::VALUE_LENGTH, g.head_dim),
     ] {
-        kv(&mut h, &format!("qwen3.{k}"), Value::U32(v as u32));
+        kv(&mut h, &names::key(ARCH, k), Value::U32(v as u32));
     }
-    kv(&mut h, "qwen3.rope.freq_base", Value::F32(1_000_000.0));
     kv(
         &mut h,
-        "qwen3.attention.layer_norm_rms_epsilon",
-        Value::F32(1e-6),
+        &names::key(ARCH, keys::ROPE_FREQ_BASE),
+        Value::F32(1_000_000.0),
     );
+    kv(&mut h, &names::key(ARCH, keys::RMS_EPS), Value::F32(1e-6));
     for (k, v) in SynthVocab::new(g.vocab).gguf_metadata() {
         kv(&mut h, k, v);
     }
 
-    // (name, rows, cols, is_norm) in llama.cpp's order.
+    // (name, rows, cols, is_norm): embedding, layers, final norm, LM head.
     let mut tensors: Vec<(String, usize, usize, bool)> =
-        vec![("token_embd.weight".into(), g.vocab, g.hidden, false)];
-    let (q, kvd) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
+        vec![(TOKEN_EMBD.into(), g.vocab, g.hidden, false)];
+    let dims = LayerDims {
+        hidden: g.hidden as u64,
+        heads: g.heads as u64,
+        kv_heads: g.kv_heads as u64,
+        head_dim: g.head_dim as u64,
+        ffn: g.ffn as u64,
+    };
     for i in 0..g.layers {
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        tensors.extend([
-            (n("attn_norm"), 1, g.hidden, true),
-            (n("attn_q"), q, g.hidden, false),
-            (n("attn_k"), kvd, g.hidden, false),
-            (n("attn_v"), kvd, g.hidden, false),
-            (n("attn_output"), g.hidden, q, false),
-            (n("attn_q_norm"), 1, g.head_dim, true),
-            (n("attn_k_norm"), 1, g.head_dim, true),
-            (n("ffn_norm"), 1, g.hidden, true),
-            (n("ffn_gate"), g.ffn, g.hidden, false),
-            (n("ffn_up"), g.ffn, g.hidden, false),
-            (n("ffn_down"), g.hidden, g.ffn, false),
-        ]);
+        for t in LayerTensor::ALL {
+            let ne = t.ne(&dims);
+            let rows = ne.get(1).copied().unwrap_or(1) as usize;
+            tensors.push((t.name(i as u64), rows, ne[0] as usize, t.is_norm()));
+        }
     }
-    tensors.push(("output_norm.weight".into(), 1, g.hidden, true));
+    tensors.push((OUTPUT_NORM.into(), 1, g.hidden, true));
     if g.untied_output {
-        tensors.push(("output.weight".into(), g.vocab, g.hidden, false));
+        tensors.push((OUTPUT.into(), g.vocab, g.hidden, false));
     }
     let mut rng = SplitMix64(seed);
     let mut blobs = Vec::with_capacity(tensors.len());
@@ -232,23 +228,9 @@ pub struct SynthVocab {
     pub eos: u32,
 }
 
-/// Qwen2/Qwen3's pre-tokenizer split pattern (the regex in their `tokenizer.json`).
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
 /// GGUF `token_type` of an ordinary token and of a control token.
 const NORMAL: i32 = 1;
-const CONTROL: i32 = 3;
-
-/// GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the others
-/// (controls, space, DEL, NBSP, soft hyphen…) for code points from U+0100 up, in order.
-fn byte_char(b: u8) -> char {
-    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
-    if printable(b) {
-        return char::from(b);
-    }
-    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(256 + rank).expect("U+0100..U+0143 are characters")
-}
+const CONTROL: i32 = dspark_contract::TOKEN_TYPE_CONTROL;
 
 impl SynthVocab {
     /// The vocabulary of `size` tokens (at least 259).
@@ -305,150 +287,66 @@ impl SynthVocab {
             .map(|i| if self.is_control(i) { CONTROL } else { NORMAL })
             .collect();
         vec![
-            ("tokenizer.ggml.model", Value::String("gpt2".into())),
-            ("tokenizer.ggml.pre", Value::String("qwen2".into())),
-            (
-                "tokenizer.ggml.tokens",
-                Value::Array(Array::String(self.tokens.clone())),
-            ),
-            ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
-            (
-                "tokenizer.ggml.merges",
-                Value::Array(Array::String(self.merges.clone())),
-            ),
-            ("tokenizer.ggml.eos_token_id", Value::U32(self.eos)),
-            ("tokenizer.ggml.padding_token_id", Value::U32(self.bos)),
-            ("tokenizer.ggml.bos_token_id", Value::U32(self.bos)),
-            ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+            (tk::MODEL, Value::String("gpt2".into())),
+            (tk::PRE, Value::String("qwen2".into())),
+            (tk::TOKENS, Value::Array(Array::String(self.tokens.clone()))),
+            (tk::TOKEN_TYPE, Value::Array(Array::I32(types))),
+            (tk::MERGES, Value::Array(Array::String(self.merges.clone()))),
+            (tk::EOS_ID, Value::U32(self.eos)),
+            (tk::PAD_ID, Value::U32(self.bos)),
+            (tk::BOS_ID, Value::U32(self.bos)),
+            (tk::ADD_BOS, Value::Bool(false)),
         ]
     }
 
     /// The same tokenizer as a Hugging Face `tokenizer.json` document (BPE over Qwen2's
-    /// split pattern and the byte-level alphabet, control tokens as special added tokens).
+    /// split pattern and the byte-level alphabet, control tokens as special added tokens),
+    /// built by the runtime's own GGUF-vocabulary builder.
     pub fn tokenizer_json(&self) -> serde_json::Value {
-        use serde_json::json;
-        let vocab: serde_json::Map<String, serde_json::Value> = self
-            .tokens
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !self.is_control(i))
-            .map(|(i, t)| (t.clone(), json!(i)))
-            .collect();
-        let added: Vec<serde_json::Value> = (self.bos as usize..self.tokens.len())
-            .map(|i| {
-                json!({"id": i, "content": self.tokens[i], "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": true})
-            })
-            .collect();
-        json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": null,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": false},
-                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-            ]},
-            "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                      "ignore_merges": false, "vocab": vocab, "merges": self.merges},
-        })
+        dspark_runtime::tokenizer::byte_level_tokenizer_json(
+            &self.tokens,
+            &|i| self.is_control(i),
+            &self.merges,
+            "qwen2",
+        )
+        .expect("a synthetic vocabulary has unique tokens and a supported pre-tokenizer")
     }
 }
 
-/// A target with only a (tied) embedding table and LM head, random Q8_0 deterministic
-/// from a seed: enough to draft blocks with a drafter whose real target is too large to
-/// synthesize (Kimi K3's, say), to time the drafter alone. It has no decoder layers:
-/// [`Target::forward`] is an error.
-pub struct HeadOnlyTarget {
-    vocab: usize,
-    hidden: usize,
-    table: Vec<u8>,
+/// The drafter checkpoint [`write_pair`] writes beside a target of geometry `t`: one layer
+/// with the target's head layout, capturing [`Qwen3Geometry::capture_layers`].
+pub fn pair_drafter(t: &Qwen3Geometry) -> crate::drafter::SynthGeometry {
+    let mut d = crate::drafter::SynthGeometry::for_target(
+        "draft",
+        t.hidden as u64,
+        t.heads as u64,
+        t.kv_heads as u64,
+        t.head_dim as u64,
+        t.ffn as u64,
+        t.vocab as u64,
+        t.layers as u64,
+        t.capture_layers(),
+    );
+    d.block_size = t.draft_block_size();
+    d
 }
 
-impl HeadOnlyTarget {
-    /// `vocab × hidden` (hidden a multiple of 32); rows of random quants with scale 1/64.
-    ///
-    /// # Panics
-    /// If `hidden` is not a positive multiple of 32.
-    pub fn new(vocab: usize, hidden: usize, seed: u64) -> HeadOnlyTarget {
-        use rayon::prelude::*;
-        assert!(
-            hidden > 0 && hidden.is_multiple_of(32),
-            "hidden must be whole Q8_0 blocks"
-        );
-        let row = hidden / 32 * 34;
-        let mut table = vec![0u8; vocab * row];
-        let scale = half::f16::from_f32(1.0 / 64.0).to_bits().to_le_bytes();
-        table
-            .par_chunks_mut(row)
-            .enumerate()
-            .for_each(|(r, bytes)| {
-                let mut rng = SplitMix64(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                for block in bytes.chunks_exact_mut(34) {
-                    block[..2].copy_from_slice(&scale);
-                    for q in block[2..].chunks_exact_mut(8) {
-                        q.copy_from_slice(&rng.next_u64().to_le_bytes());
-                    }
-                }
-            });
-        HeadOnlyTarget {
-            vocab,
-            hidden,
-            table,
-        }
-    }
-
-    /// The table as a matrix (`vocab` rows of `hidden`).
-    pub fn matrix(&self) -> Matrix<'_> {
-        Matrix::new(WeightType::Q8_0, self.vocab, self.hidden, &self.table)
-            .expect("sizes set by new")
-    }
-}
-
-impl Target for HeadOnlyTarget {
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-
-    fn hidden_size(&self) -> usize {
-        self.hidden
-    }
-
-    fn n_layers(&self) -> usize {
-        0
-    }
-
-    fn len(&self) -> usize {
-        0
-    }
-
-    fn forward(&mut self, _tokens: &[u32], _capture: &[usize]) -> Result<Forward> {
-        Err(RuntimeError::Request(
-            "a head-only target has no decoder layers to run".into(),
-        ))
-    }
-
-    fn truncate(&mut self, _len: usize) {}
-
-    fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()> {
-        let m = self.matrix();
-        for (&t, o) in tokens.iter().zip(out.chunks_exact_mut(self.hidden)) {
-            if t as usize >= self.vocab {
-                return Err(RuntimeError::Request(format!(
-                    "token {t} is outside the vocabulary of {}",
-                    self.vocab
-                )));
-            }
-            m.row_f32(t as usize, o);
-        }
-        Ok(())
-    }
-
-    fn lm_head(&self, hidden: &[f32], logits: &mut [f32]) {
-        gemm(&self.matrix(), hidden, logits);
-    }
+/// Writes a synthetic pair into `dir`: `target.gguf` (random Qwen3, Q8_0 matrices),
+/// `tokenizer.json` (its vocabulary) and `draft/` (a DSpark drafter checkpoint that fits
+/// it), each file atomically. `progress` returning false cancels.
+pub fn write_pair(
+    t: &Qwen3Geometry,
+    dir: &std::path::Path,
+    seed: u64,
+    progress: &dyn Fn(u64, u64) -> bool,
+) -> crate::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| crate::SynthError::io(dir, e))?;
+    crate::write_atomic(
+        &dir.join("target.gguf"),
+        &qwen3_gguf(t, seed, GgmlType::Q8_0),
+    )?;
+    let tokenizer = serde_json::to_vec(&SynthVocab::new(t.vocab).tokenizer_json())
+        .expect("a JSON value serializes");
+    crate::write_atomic(&dir.join("tokenizer.json"), &tokenizer)?;
+    crate::drafter::write_synth(&pair_drafter(t), &dir.join("draft"), seed, progress)
 }

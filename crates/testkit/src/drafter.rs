@@ -2,22 +2,22 @@
 //! SpecForge tensor names and Gaussian weights, deterministic from a seed.
 //!
 //! Used for tests, the README example and the full-size benchmark. Values are drawn per
-//! chunk of [`SYNTH_CHUNK`] elements from a ChaCha8 stream keyed by (seed, tensor, chunk),
-//! so the bytes do not depend on the thread count, and the file is streamed to disk (a
-//! temporary file renamed at the end), so memory stays small even for 4.5 GB.
+//! chunk of [`SYNTH_CHUNK`] elements from a [`SplitMix64`] stream keyed by (seed, tensor,
+//! chunk), so the bytes do not depend on the thread count, and the file is streamed to
+//! disk (an [`AtomicFile`] renamed at the end), so memory stays small even for 4.5 GB.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, StandardNormal};
+use dspark_contract::names::tensors::LayerDims;
+use dspark_convert::names::{HEAD_TENSORS, LAYER_TENSORS, TAIL_TENSORS};
+use dspark_output::AtomicFile;
 use rayon::prelude::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ConvertError, Result};
-use crate::names::{LayerDims, LAYER_TENSORS};
+use crate::rng::SplitMix64;
+use crate::{Result, SynthError};
 
 /// Values generated per independent random stream.
 pub const SYNTH_CHUNK: usize = 1 << 20;
@@ -182,23 +182,16 @@ impl SynthGeometry {
     pub fn tensors(&self) -> Vec<(String, Vec<u64>)> {
         let h = self.hidden;
         let n_cap = self.target_layer_ids.len() as u64;
+        // SpecForge's names: the first source spelling of each converter table entry.
+        let (r, v) = (self.markov_rank, self.vocab);
         let mut t: Vec<(String, Vec<u64>)> = vec![
-            ("fc.weight".into(), vec![h, n_cap * h]),
-            ("hidden_norm.weight".into(), vec![h]),
-            ("norm.weight".into(), vec![h]),
-            (
-                "markov_head.markov_w1.weight".into(),
-                vec![self.vocab, self.markov_rank],
-            ),
-            (
-                "markov_head.markov_w2.weight".into(),
-                vec![self.vocab, self.markov_rank],
-            ),
-            (
-                "confidence_head.proj.weight".into(),
-                vec![1, h + self.markov_rank],
-            ),
-            ("confidence_head.proj.bias".into(), vec![1]),
+            (HEAD_TENSORS[0].0[0].into(), vec![h, n_cap * h]),
+            (HEAD_TENSORS[1].0[0].into(), vec![h]),
+            (TAIL_TENSORS[0].0[0].into(), vec![h]),
+            (TAIL_TENSORS[1].0[0].into(), vec![v, r]),
+            (TAIL_TENSORS[2].0[0].into(), vec![v, r]),
+            (TAIL_TENSORS[3].0[0].into(), vec![1, h + r]),
+            (TAIL_TENSORS[4].0[0].into(), vec![1]),
         ];
         let dims = LayerDims {
             hidden: h,
@@ -208,8 +201,9 @@ impl SynthGeometry {
             ffn: self.ffn,
         };
         for i in 0..self.layers {
-            for (src, _, _, shape) in LAYER_TENSORS {
-                t.push((format!("layers.{i}.{src}"), shape.torch(&dims)));
+            for (src, layer_tensor, _) in LAYER_TENSORS {
+                let ne = layer_tensor.ne(&dims);
+                t.push((format!("layers.{i}.{src}"), ne.into_iter().rev().collect()));
             }
         }
         t.sort();
@@ -274,24 +268,25 @@ impl SynthGeometry {
     }
 }
 
-/// The 32-byte key of one random stream.
-fn stream_seed(seed: u64, tensor: &str, chunk: u64) -> [u8; 32] {
+/// The state of one random stream: the first 8 bytes of SHA256(tag, seed, tensor, chunk).
+fn stream_seed(seed: u64, tensor: &str, chunk: u64) -> u64 {
     let mut h = Sha256::new();
-    h.update(b"dspark-synth/1\0");
+    h.update(b"dspark-synth/2\0");
     h.update(seed.to_le_bytes());
     h.update(tensor.as_bytes());
     h.update([0]);
     h.update(chunk.to_le_bytes());
-    h.finalize().into()
+    let d = h.finalize();
+    u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 /// BF16 bytes of chunk `chunk` of `tensor` (values `start..start+len`).
 fn synth_chunk(seed: u64, tensor: &str, chunk: u64, len: usize) -> Vec<u8> {
-    let mut rng = ChaCha8Rng::from_seed(stream_seed(seed, tensor, chunk));
+    let mut rng = SplitMix64(stream_seed(seed, tensor, chunk));
     let is_norm = tensor.ends_with("norm.weight");
     let mut out = Vec::with_capacity(len * 2);
     for _ in 0..len {
-        let z: f32 = StandardNormal.sample(&mut rng);
+        let z = rng.normal();
         let x = if is_norm { 1.0 + 0.05 * z } else { 0.02 * z };
         out.extend_from_slice(&dspark_quant::float::f32_to_bf16_bits(x).to_le_bytes());
     }
@@ -330,22 +325,17 @@ pub fn write_synth(
     seed: u64,
     progress: &dyn Fn(u64, u64) -> bool,
 ) -> Result<()> {
-    std::fs::create_dir_all(out_dir).map_err(|e| ConvertError::io(out_dir, e))?;
+    std::fs::create_dir_all(out_dir).map_err(|e| SynthError::io(out_dir, e))?;
     let tensors = geometry.tensors();
     let total: u64 = tensors
         .iter()
         .map(|(_, s)| s.iter().product::<u64>() * 2)
         .sum();
     let st_path = out_dir.join("model.safetensors");
-    let tmp = tempfile::Builder::new()
-        .prefix(".dspark-synth-")
-        .suffix(".partial")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .tempfile_in(out_dir)
-        .map_err(|e| ConvertError::io(out_dir, e))?;
-    let err = |e: std::io::Error| ConvertError::io(&st_path, e);
+    let tmp = AtomicFile::create(&st_path)?;
+    let err = |e: std::io::Error| SynthError::io(&st_path, e);
     {
-        let mut w = BufWriter::with_capacity(8 << 20, tmp.as_file());
+        let mut w = BufWriter::with_capacity(8 << 20, tmp.file());
         w.write_all(&safetensors_header(&tensors)).map_err(err)?;
         let mut done = 0u64;
         let batch = 2 * rayon::current_num_threads().max(1);
@@ -364,18 +354,16 @@ pub fn write_synth(
                     done += p.len() as u64;
                 }
                 if !progress(done, total) {
-                    return Err(ConvertError::Cancelled);
+                    return Err(SynthError::Cancelled);
                 }
             }
         }
         w.flush().map_err(err)?;
     }
-    tmp.persist(&st_path).map_err(|e| err(e.error))?;
+    tmp.commit()?;
     let config =
         serde_json::to_string_pretty(&geometry.config_json()).expect("config serializes") + "\n";
-    let cfg_path = out_dir.join("config.json");
-    std::fs::write(&cfg_path, config).map_err(|e| ConvertError::io(&cfg_path, e))?;
-    Ok(())
+    crate::write_atomic(&out_dir.join("config.json"), config.as_bytes())
 }
 
 #[cfg(test)]

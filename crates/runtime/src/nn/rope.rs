@@ -1,47 +1,7 @@
-//! Elementwise and per-row operations of the Qwen3 / DFlash forward pass: RMSNorm, SiLU,
-//! softmax, and rotary position embedding (NeoX half-rotation, with YaRN), written from
-//! `shared/spec/runtime-math.md` §1.8 and §2.
-//!
-//! Sums use f64 in a fixed order (as ggml's `ggml_float` does for norms), so a row's result
-//! depends on that row only: batched and single-position forwards agree bit for bit.
+//! Rotary position embedding: NeoX half-rotation, with YaRN (`shared/spec/runtime-math.md`
+//! §2), and the per-head norm + rotation both models apply to queries and keys.
 
-/// `out = w ⊙ x / sqrt(mean(x²) + eps)` (weight applied plainly, not `1 + w`).
-///
-/// # Panics
-/// If the lengths differ.
-pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    assert!(
-        x.len() == w.len() && x.len() == out.len(),
-        "rms_norm lengths"
-    );
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let scale = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
-    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
-        *o = g * (v * scale);
-    }
-}
-
-/// SiLU: `x / (1 + e^-x)`.
-#[inline]
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-/// Softmax in place; the maximum is subtracted first. An empty slice is left alone.
-pub fn softmax(x: &mut [f32]) {
-    let Some(max) = x.iter().copied().reduce(f32::max) else {
-        return;
-    };
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += f64::from(*v);
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
+use crate::nn::ops::rms_norm;
 
 /// YaRN settings (`rope_scaling` / `rope_parameters` with `rope_type = "yarn"`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -148,6 +108,36 @@ impl Rope {
     }
 }
 
+/// RoPE tables ([`Rope::angles`]) of positions `first..first + n`, one row each.
+pub(crate) fn rope_tables(rope: &Rope, first: usize, n: usize, head_dim: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; n * head_dim];
+    for (i, row) in t.chunks_exact_mut(head_dim).enumerate() {
+        rope.angles((first + i) as u64, row);
+    }
+    t
+}
+
+/// Per-head RMSNorm then RoPE, in place: `x` holds rows of `heads × head_dim`, row `t`
+/// rotated by row `t` of `tables` (from [`rope_tables`]).
+pub(crate) fn norm_rope_heads(
+    x: &mut [f32],
+    row: usize,
+    norm: &[f32],
+    eps: f32,
+    rope: &Rope,
+    tables: &[f32],
+) {
+    let hd = norm.len();
+    let mut tmp = vec![0.0f32; hd];
+    for (r, table) in x.chunks_exact_mut(row).zip(tables.chunks_exact(hd)) {
+        for head in r.chunks_exact_mut(hd) {
+            tmp.copy_from_slice(head);
+            rms_norm(&tmp, norm, eps, head);
+            rope.apply_angles(head, table);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,24 +204,5 @@ mod tests {
         rope.apply(&mut y, 1);
         let (c, s) = (1f32.cos(), 1f32.sin());
         assert!((y[0] - (c - 5.0 * s)).abs() < 1e-6 && (y[4] - (5.0 * c + s)).abs() < 1e-6);
-    }
-
-    #[test]
-    fn rms_norm_softmax_silu() {
-        let mut out = [0.0f32; 4];
-        rms_norm(
-            &[1.0, -1.0, 1.0, -1.0],
-            &[1.0, 2.0, 3.0, 4.0],
-            0.0,
-            &mut out,
-        );
-        assert_eq!(out, [1.0, -2.0, 3.0, -4.0]);
-        let mut p = [1.0f32, 2.0, 3.0, 1000.0];
-        softmax(&mut p);
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6 && p[3] > 0.999);
-        let mut e: [f32; 0] = [];
-        softmax(&mut e);
-        assert_eq!(silu(0.0), 0.0);
-        assert!((silu(1.0) - 0.7310586).abs() < 1e-6);
     }
 }

@@ -1,0 +1,314 @@
+//! The checker every contract is written with: typed key reads that record a finding
+//! instead of failing, tensor lookups that check type and shape and mark the tensor as
+//! consumed, and a last pass that reports every tensor nobody consumed.
+
+use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
+
+use dspark_gguf::{Array, GgmlType, GgufFile, Value};
+
+use crate::finding::{ContractError, Finding};
+
+/// A tensor the contract checked: its name, type, dims and bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TensorRef<'f> {
+    /// GGUF name.
+    pub name: &'f str,
+    /// Storage type.
+    pub ty: GgmlType,
+    /// Columns: `ne[0]`, the input size of a matrix (the length of a vector).
+    pub cols: usize,
+    /// Rows: the product of the other dims, a matrix's output size (1 for a vector).
+    pub rows: usize,
+    /// The data (exactly `rows` rows of `cols` values of `ty`, checked by the parser).
+    pub data: &'f [u8],
+}
+
+impl TensorRef<'_> {
+    /// The values of an F32 tensor, decoded.
+    pub fn f32_values(&self) -> Vec<f32> {
+        debug_assert_eq!(self.ty, GgmlType::F32);
+        self.data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+}
+
+/// What a tensor is, for its type rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Multiplied as a matrix (or gathered by rows): any type the caller's kernels run.
+    Matrix,
+    /// Read elementwise (norm weights, the confidence head): F32.
+    Vector,
+}
+
+/// Collects findings about one file.
+pub(crate) struct Checker<'f, 'k> {
+    pub file: &'f GgufFile<'f>,
+    pub findings: Vec<Finding>,
+    used: BTreeSet<&'f str>,
+    matrix_types: &'k [GgmlType],
+}
+
+fn type_list(types: &[GgmlType]) -> String {
+    types
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `dims` without trailing 1s (ggml pads shapes with them).
+fn trimmed(dims: &[u64]) -> &[u64] {
+    let mut n = dims.len();
+    while n > 1 && dims[n - 1] == 1 {
+        n -= 1;
+    }
+    &dims[..n]
+}
+
+impl<'f, 'k> Checker<'f, 'k> {
+    pub fn new(file: &'f GgufFile<'f>, matrix_types: &'k [GgmlType]) -> Checker<'f, 'k> {
+        Checker {
+            file,
+            findings: Vec::new(),
+            used: BTreeSet::new(),
+            matrix_types,
+        }
+    }
+
+    pub fn key_finding(&mut self, key: &str, msg: impl Into<String>) {
+        self.findings.push(Finding::key(key, msg));
+    }
+
+    fn get(&self, key: &str) -> Option<&'f Value> {
+        self.file.get(key)
+    }
+
+    /// A UINT32 key (runtimes read integers with strict typed getters).
+    pub fn u32(&mut self, key: &str, required: bool) -> Option<u32> {
+        match self.get(key) {
+            Some(Value::U32(v)) => Some(*v),
+            Some(v) => {
+                self.key_finding(key, format!("is {}, expected UINT32", v.type_name()));
+                None
+            }
+            None => {
+                if required {
+                    self.key_finding(key, "missing");
+                }
+                None
+            }
+        }
+    }
+
+    /// A UINT32 key within `range`.
+    pub fn u32_in(&mut self, key: &str, range: RangeInclusive<u64>, required: bool) -> Option<u64> {
+        let v = u64::from(self.u32(key, required)?);
+        if !range.contains(&v) {
+            self.key_finding(
+                key,
+                format!("is {v}, expected {}..={}", range.start(), range.end()),
+            );
+            return None;
+        }
+        Some(v)
+    }
+
+    /// A FLOAT32 key.
+    pub fn f32(&mut self, key: &str, required: bool) -> Option<f32> {
+        match self.get(key) {
+            Some(Value::F32(v)) => Some(*v),
+            Some(v) => {
+                self.key_finding(key, format!("is {}, expected FLOAT32", v.type_name()));
+                None
+            }
+            None => {
+                if required {
+                    self.key_finding(key, "missing");
+                }
+                None
+            }
+        }
+    }
+
+    /// A finite FLOAT32 key in `(0, max]`; `default` when absent (or a finding when there
+    /// is none).
+    pub fn positive_f32(&mut self, key: &str, default: Option<f32>, max: f32) -> Option<f32> {
+        let v = match self.f32(key, default.is_none()) {
+            Some(v) => v,
+            None if self.get(key).is_none() => return default,
+            None => return None,
+        };
+        if !(v.is_finite() && v > 0.0 && v <= max) {
+            let limit = if max == f32::MAX {
+                String::new()
+            } else {
+                format!(" at most {max}")
+            };
+            self.key_finding(
+                key,
+                format!("is {v}, expected a finite value above 0{limit}"),
+            );
+            return None;
+        }
+        Some(v)
+    }
+
+    /// A STRING key.
+    pub fn string(&mut self, key: &str, required: bool) -> Option<&'f str> {
+        match self.get(key) {
+            Some(Value::String(s)) => Some(s),
+            Some(v) => {
+                self.key_finding(key, format!("is {}, expected STRING", v.type_name()));
+                None
+            }
+            None => {
+                if required {
+                    self.key_finding(key, "missing");
+                }
+                None
+            }
+        }
+    }
+
+    /// A BOOL key.
+    pub fn bool(&mut self, key: &str) -> Option<bool> {
+        match self.get(key) {
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => {
+                self.key_finding(key, format!("is {}, expected BOOL", v.type_name()));
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// An array key of the element type `want` (`ARRAY[INT32]`, …), through `pick`.
+    pub fn array<T: ?Sized>(
+        &mut self,
+        key: &str,
+        want: &str,
+        required: bool,
+        pick: impl Fn(&'f Array) -> Option<&'f T>,
+    ) -> Option<&'f T> {
+        match self.get(key) {
+            Some(Value::Array(a)) => match pick(a) {
+                Some(v) => Some(v),
+                None => {
+                    self.key_finding(
+                        key,
+                        format!("is ARRAY[{}], expected {want}", a.elem_type().name()),
+                    );
+                    None
+                }
+            },
+            Some(v) => {
+                self.key_finding(key, format!("is {}, expected {want}", v.type_name()));
+                None
+            }
+            None => {
+                if required {
+                    self.key_finding(key, "missing");
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether the file has a tensor of this name.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_ok()
+    }
+
+    /// The tensor `name`, required, with `ne` (trailing 1s ignored) and the type its role
+    /// allows. Marks it consumed.
+    pub fn tensor(&mut self, name: &str, role: Role, ne: &[u64]) -> Option<TensorRef<'f>> {
+        let Ok(t) = self.file.tensor(name) else {
+            self.findings.push(Finding::tensor(name, "missing"));
+            return None;
+        };
+        self.used.insert(&t.info.name);
+        let dims = trimmed(&t.info.dims);
+        if dims != trimmed(ne) {
+            self.findings.push(Finding::tensor(
+                name,
+                format!("has ne {dims:?}, expected {:?}", trimmed(ne)),
+            ));
+            return None;
+        }
+        let type_ok = match role {
+            Role::Vector => t.info.ty == GgmlType::F32,
+            Role::Matrix => self.matrix_types.contains(&t.info.ty),
+        };
+        if !type_ok {
+            let want = match role {
+                Role::Vector => "F32 (it is read elementwise)".to_string(),
+                Role::Matrix => format!("one of {}", type_list(self.matrix_types)),
+            };
+            self.findings.push(Finding::tensor(
+                name,
+                format!("has type {}, expected {want}", t.info.ty),
+            ));
+            return None;
+        }
+        // The parser proved dims ≥ 1, the product fits and data is exactly that size.
+        let cols = t.info.dims[0] as usize;
+        let rows = t.info.dims[1..].iter().product::<u64>() as usize;
+        Some(TensorRef {
+            name: &t.info.name,
+            ty: t.info.ty,
+            cols,
+            rows,
+            data: t.data,
+        })
+    }
+
+    /// The tensor `name` if the file has it (checked as [`Checker::tensor`]).
+    pub fn optional_tensor(&mut self, name: &str, role: Role, ne: &[u64]) -> Option<TensorRef<'f>> {
+        if self.has(name) {
+            self.tensor(name, role, ne)
+        } else {
+            None
+        }
+    }
+
+    /// The dims of tensor `name` (trailing 1s dropped), without consuming it.
+    pub fn dims(&self, name: &str) -> Option<Vec<u64>> {
+        self.file
+            .tensor(name)
+            .ok()
+            .map(|t| trimmed(&t.info.dims).to_vec())
+    }
+
+    /// A finding for every tensor no rule consumed: a file holds what its kind reads,
+    /// nothing else.
+    pub fn no_other_tensors(&mut self, kind: &str) {
+        for t in self.file.tensor_infos() {
+            if !self.used.contains(t.name.as_str()) {
+                let why = match crate::names::tensors::LayerTensor::parse(&t.name) {
+                    Some((l, _)) => format!("layer {l} is beyond the file's block_count"),
+                    None => format!("not a tensor of a {kind}"),
+                };
+                self.findings.push(Finding::tensor(&t.name, why));
+            }
+        }
+    }
+
+    /// The value, or every finding.
+    pub fn finish<T>(self, kind: &'static str, value: Option<T>) -> Result<T, ContractError> {
+        match value {
+            Some(v) if self.findings.is_empty() => Ok(v),
+            _ => Err(ContractError {
+                kind,
+                findings: if self.findings.is_empty() {
+                    vec![Finding::file("incomplete")]
+                } else {
+                    self.findings
+                },
+            }),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! What each model file kind must contain, checked in one place: key names and types, the
+//! expected tensor set with shapes derived from the geometry, hyper-parameter bounds, and
+//! cross-checks. Every tool reads these tables: `convert` writes by them, `verify` and
+//! `inspect` judge by them, and the runtime loaders accept only the proof values the
+//! checks return, so no loader reads an unchecked file.
+//!
+//! # Brief overview
+//! - [`dflash_draft::check`]: the generic `dflash-draft` drafter → a [`DraftFile`].
+//! - [`qwen3::check`]: llama.cpp's `qwen3` target → a [`Qwen3File`].
+//! - [`fit::check`]: a drafter against its target's [`TargetShape`].
+//! - [`identify`]: which kind a file says it is.
+//! - [`names`]: every key and tensor name; [`bounds`]: every limit, with its reason.
+//! - [`ContractError`]: all the [`Finding`]s, each naming its key or tensor.
+//!
+//! A check collects every finding it can (so `verify` lists them all) and returns the
+//! proof value only when there are none. Proof values have no public constructor.
+//!
+//! # Example
+//! ```
+//! use dspark_contract::{qwen3, names};
+//! use dspark_gguf::{GgmlType, GgufFile, Header, Value};
+//!
+//! let mut h = Header::new();
+//! h.push_kv(names::ARCHITECTURE, Value::String("qwen3".into()))?;
+//! h.push_kv("qwen3.block_count", Value::U32(u32::MAX))?;
+//! let mut bytes = Vec::new();
+//! h.write_file(&mut bytes, &[])?;
+//! let file = GgufFile::parse(&bytes)?;
+//! let err = qwen3::check(&file, &[GgmlType::F32]).unwrap_err();
+//! assert!(err.findings.iter().any(|f| f.to_string()
+//!     == "key `qwen3.block_count`: is 4294967295, expected 1..=1024"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod bounds;
+mod check;
+pub mod dflash_draft;
+mod finding;
+pub mod fit;
+mod layer;
+pub mod names;
+pub mod qwen3;
+mod vocab;
+
+pub use check::TensorRef;
+pub use dflash_draft::DraftFile;
+pub use finding::{ContractError, Finding, Subject};
+pub use fit::TargetShape;
+pub use layer::LayerRefs;
+pub use qwen3::Qwen3File;
+pub use vocab::{
+    GgufVocab, SpecialTokens, TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+};
+
+use dspark_gguf::{GgufFile, Value};
+
+/// The kind of model a file says it is (by `general.architecture`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A `dflash-draft` drafter (any of [`dflash_draft::ACCEPTED_ARCHS`]).
+    DflashDraft,
+    /// A llama.cpp `qwen3` target.
+    Qwen3,
+    /// Another architecture (its name), or none (`None`).
+    Unknown(Option<String>),
+}
+
+/// Which contract applies to `file`.
+pub fn identify(file: &GgufFile<'_>) -> FileKind {
+    match file.get(names::ARCHITECTURE) {
+        Some(Value::String(a)) if dflash_draft::ACCEPTED_ARCHS.contains(&a.as_str()) => {
+            FileKind::DflashDraft
+        }
+        Some(Value::String(a)) if a == qwen3::ARCH => FileKind::Qwen3,
+        Some(Value::String(a)) => FileKind::Unknown(Some(a.clone())),
+        _ => FileKind::Unknown(None),
+    }
+}

@@ -1,0 +1,290 @@
+//! The one place GGUF key and tensor names are spelled. Every other crate (the converter
+//! that writes them, the checks and the loaders that read them) takes them from here.
+
+/// `general.architecture`.
+pub const ARCHITECTURE: &str = "general.architecture";
+
+/// Key suffixes after `<arch>.`, shared by llama.cpp's model architectures and the
+/// `dflash-draft` drafters (`gguf-and-contract.md` §5.2; llama.cpp `llama-arch.cpp`).
+pub mod keys {
+    /// Positions the model was trained for.
+    pub const CONTEXT_LENGTH: &str = "context_length";
+    /// Hidden size.
+    pub const EMBEDDING_LENGTH: &str = "embedding_length";
+    /// Decoder layers.
+    pub const BLOCK_COUNT: &str = "block_count";
+    /// FFN inner size.
+    pub const FEED_FORWARD_LENGTH: &str = "feed_forward_length";
+    /// Query heads.
+    pub const HEAD_COUNT: &str = "attention.head_count";
+    /// Key/value heads.
+    pub const HEAD_COUNT_KV: &str = "attention.head_count_kv";
+    /// Key head size.
+    pub const KEY_LENGTH: &str = "attention.key_length";
+    /// Value head size.
+    pub const VALUE_LENGTH: &str = "attention.value_length";
+    /// RMSNorm epsilon.
+    pub const RMS_EPS: &str = "attention.layer_norm_rms_epsilon";
+    /// RoPE base.
+    pub const ROPE_FREQ_BASE: &str = "rope.freq_base";
+    /// RoPE scaling kind (`none`, `yarn`, …).
+    pub const ROPE_SCALING_TYPE: &str = "rope.scaling.type";
+    /// RoPE scaling factor.
+    pub const ROPE_SCALING_FACTOR: &str = "rope.scaling.factor";
+    /// Context the scaled RoPE was trained from.
+    pub const ROPE_SCALING_ORIGINAL_CONTEXT: &str = "rope.scaling.original_context_length";
+    /// YaRN β_fast.
+    pub const ROPE_SCALING_YARN_BETA_FAST: &str = "rope.scaling.yarn_beta_fast";
+    /// YaRN β_slow.
+    pub const ROPE_SCALING_YARN_BETA_SLOW: &str = "rope.scaling.yarn_beta_slow";
+    /// YaRN attention factor.
+    pub const ROPE_SCALING_ATTN_FACTOR: &str = "rope.scaling.attn_factor";
+    /// Vocabulary size (drafters: the target's).
+    pub const VOCAB_SIZE: &str = "vocab_size";
+
+    /// Tokens per draft block.
+    pub const DFLASH_BLOCK_SIZE: &str = "dflash.block_size";
+    /// Captured target layers (the count).
+    pub const DFLASH_N_TARGET_LAYERS: &str = "dflash.n_target_layers";
+    /// `fc` input width (captured layers × hidden).
+    pub const DFLASH_N_TARGET_FEATURES: &str = "dflash.n_target_features";
+    /// Captured target layers, 0-based, in `fc` input order.
+    pub const DFLASH_TARGET_LAYER_IDS: &str = "dflash.target_layer_ids";
+    /// The target's depth.
+    pub const DFLASH_TARGET_BLOCK_COUNT: &str = "dflash.target_block_count";
+    /// The target's hidden size.
+    pub const DFLASH_TARGET_HIDDEN_SIZE: &str = "dflash.target_hidden_size";
+    /// The token filling the block after the anchor.
+    pub const DFLASH_MASK_TOKEN_ID: &str = "dflash.mask_token_id";
+    /// Drafts come from rows 0..B−1 (true) or 1..B−1 (false).
+    pub const DFLASH_SAMPLE_FROM_ANCHOR: &str = "dflash.sample_from_anchor";
+    /// Non-zero when the Markov head is present.
+    pub const DSPARK_ENABLED: &str = "dflash.dspark.enabled";
+    /// Markov rank R.
+    pub const DSPARK_MARKOV_RANK: &str = "dflash.dspark.markov_rank";
+    /// Markov vocabulary V.
+    pub const DSPARK_VOCAB_SIZE: &str = "dflash.dspark.vocab_size";
+    /// Confidence input width C.
+    pub const DSPARK_CONFIDENCE_DIM: &str = "dflash.dspark.confidence_dim";
+    /// Markov head kind (only `vanilla` runs).
+    pub const DSPARK_MARKOV_HEAD_TYPE: &str = "dflash.dspark.markov_head_type";
+    /// The confidence input includes the Markov embedding.
+    pub const DSPARK_CONFIDENCE_WITH_MARKOV: &str = "dflash.dspark.confidence_with_markov";
+}
+
+/// `<arch>.<suffix>`.
+pub fn key(arch: &str, suffix: &str) -> String {
+    format!("{arch}.{suffix}")
+}
+
+/// `general.*` keys the converter writes.
+pub mod general {
+    /// `general.type`.
+    pub const TYPE: &str = "general.type";
+    /// `general.name`.
+    pub const NAME: &str = "general.name";
+    /// `general.size_label`.
+    pub const SIZE_LABEL: &str = "general.size_label";
+    /// `general.file_type`.
+    pub const FILE_TYPE: &str = "general.file_type";
+    /// `general.quantization_version`.
+    pub const QUANTIZATION_VERSION: &str = "general.quantization_version";
+    /// `general.source.repo_url`.
+    pub const SOURCE_REPO_URL: &str = "general.source.repo_url";
+    /// `general.base_model.count`.
+    pub const BASE_MODEL_COUNT: &str = "general.base_model.count";
+    /// `general.base_model.0.name`.
+    pub const BASE_MODEL_0_NAME: &str = "general.base_model.0.name";
+    /// `general.base_model.0.organization`.
+    pub const BASE_MODEL_0_ORGANIZATION: &str = "general.base_model.0.organization";
+    /// `general.base_model.0.repo_url`.
+    pub const BASE_MODEL_0_REPO_URL: &str = "general.base_model.0.repo_url";
+    /// `general.tags`.
+    pub const TAGS: &str = "general.tags";
+}
+
+/// llama.cpp's tokenizer keys (`llama-arch.cpp`, `LLM_KV_TOKENIZER_*`).
+pub mod tokenizer {
+    /// Tokenizer model (`gpt2` = byte-level BPE, `llama` = SentencePiece, …).
+    pub const MODEL: &str = "tokenizer.ggml.model";
+    /// Pre-tokenizer (`qwen2`, `gpt-2`, `llama-bpe`, …).
+    pub const PRE: &str = "tokenizer.ggml.pre";
+    /// Token strings by id.
+    pub const TOKENS: &str = "tokenizer.ggml.tokens";
+    /// Token types by id (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
+    pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+    /// Token scores by id (SentencePiece).
+    pub const SCORES: &str = "tokenizer.ggml.scores";
+    /// BPE merges, highest priority first.
+    pub const MERGES: &str = "tokenizer.ggml.merges";
+    /// Beginning of sequence.
+    pub const BOS_ID: &str = "tokenizer.ggml.bos_token_id";
+    /// End of sequence.
+    pub const EOS_ID: &str = "tokenizer.ggml.eos_token_id";
+    /// End of turn.
+    pub const EOT_ID: &str = "tokenizer.ggml.eot_token_id";
+    /// Unknown token.
+    pub const UNK_ID: &str = "tokenizer.ggml.unknown_token_id";
+    /// Separator.
+    pub const SEP_ID: &str = "tokenizer.ggml.seperator_token_id";
+    /// Padding.
+    pub const PAD_ID: &str = "tokenizer.ggml.padding_token_id";
+    /// Classifier.
+    pub const CLS_ID: &str = "tokenizer.ggml.cls_token_id";
+    /// Mask (llama.cpp's DFlash drafters take theirs from the target).
+    pub const MASK_ID: &str = "tokenizer.ggml.mask_token_id";
+    /// Add BOS when encoding.
+    pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    /// Add EOS when encoding.
+    pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+    /// Every special-token id key, for range checks.
+    pub const SPECIAL_IDS: [&str; 8] = [
+        BOS_ID, EOS_ID, EOT_ID, UNK_ID, SEP_ID, PAD_ID, CLS_ID, MASK_ID,
+    ];
+}
+
+/// Tensor names.
+pub mod tensors {
+    /// Token embedding (`[hidden, vocab]`).
+    pub const TOKEN_EMBD: &str = "token_embd.weight";
+    /// Final RMSNorm (`[hidden]`).
+    pub const OUTPUT_NORM: &str = "output_norm.weight";
+    /// LM head (`[hidden, vocab]`); absent when tied to the embedding.
+    pub const OUTPUT: &str = "output.weight";
+    /// DFlash feature fusion (`[captured × hidden, hidden]`).
+    pub const DFLASH_FC: &str = "dflash.fc.weight";
+    /// RMSNorm after the fusion (`[hidden]`).
+    pub const DFLASH_HIDDEN_NORM: &str = "dflash.hidden_norm.weight";
+    /// Markov embedding of the previous token (`[R, V]`).
+    pub const DSPARK_MARKOV_W1: &str = "dflash.dspark.markov.w1";
+    /// Markov map to logits (`[R, V]`).
+    pub const DSPARK_MARKOV_W2: &str = "dflash.dspark.markov.w2";
+    /// Confidence head weight (`[C]`).
+    pub const DSPARK_CONFIDENCE_WEIGHT: &str = "dflash.dspark.confidence.weight";
+    /// Confidence head bias (`[1]`).
+    pub const DSPARK_CONFIDENCE_BIAS: &str = "dflash.dspark.confidence.bias";
+
+    /// The sizes a decoder layer's tensor shapes follow from.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[allow(missing_docs)]
+    pub struct LayerDims {
+        pub hidden: u64,
+        pub heads: u64,
+        pub kv_heads: u64,
+        pub head_dim: u64,
+        pub ffn: u64,
+    }
+
+    /// The tensors of a Qwen3-style decoder layer (`blk.{i}.*`), in the canonical order
+    /// `dspark convert` writes them.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    #[allow(missing_docs)]
+    pub enum LayerTensor {
+        AttnNorm,
+        AttnQ,
+        AttnK,
+        AttnV,
+        AttnQNorm,
+        AttnKNorm,
+        AttnOutput,
+        FfnNorm,
+        FfnGate,
+        FfnUp,
+        FfnDown,
+    }
+
+    impl LayerTensor {
+        /// All of them, in canonical order.
+        pub const ALL: [LayerTensor; 11] = [
+            LayerTensor::AttnNorm,
+            LayerTensor::AttnQ,
+            LayerTensor::AttnK,
+            LayerTensor::AttnV,
+            LayerTensor::AttnQNorm,
+            LayerTensor::AttnKNorm,
+            LayerTensor::AttnOutput,
+            LayerTensor::FfnNorm,
+            LayerTensor::FfnGate,
+            LayerTensor::FfnUp,
+            LayerTensor::FfnDown,
+        ];
+
+        /// The name after `blk.{i}.`.
+        pub fn suffix(self) -> &'static str {
+            match self {
+                LayerTensor::AttnNorm => "attn_norm.weight",
+                LayerTensor::AttnQ => "attn_q.weight",
+                LayerTensor::AttnK => "attn_k.weight",
+                LayerTensor::AttnV => "attn_v.weight",
+                LayerTensor::AttnQNorm => "attn_q_norm.weight",
+                LayerTensor::AttnKNorm => "attn_k_norm.weight",
+                LayerTensor::AttnOutput => "attn_output.weight",
+                LayerTensor::FfnNorm => "ffn_norm.weight",
+                LayerTensor::FfnGate => "ffn_gate.weight",
+                LayerTensor::FfnUp => "ffn_up.weight",
+                LayerTensor::FfnDown => "ffn_down.weight",
+            }
+        }
+
+        /// The full name in layer `i`.
+        pub fn name(self, layer: u64) -> String {
+            format!("blk.{layer}.{}", self.suffix())
+        }
+
+        /// An RMSNorm weight (a vector), not a matrix.
+        pub fn is_norm(self) -> bool {
+            matches!(
+                self,
+                LayerTensor::AttnNorm
+                    | LayerTensor::AttnQNorm
+                    | LayerTensor::AttnKNorm
+                    | LayerTensor::FfnNorm
+            )
+        }
+
+        /// The GGUF `ne` (fastest-varying first): matrices are `[inputs, outputs]`.
+        pub fn ne(self, d: &LayerDims) -> Vec<u64> {
+            let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+            match self {
+                LayerTensor::AttnNorm | LayerTensor::FfnNorm => vec![d.hidden],
+                LayerTensor::AttnQNorm | LayerTensor::AttnKNorm => vec![d.head_dim],
+                LayerTensor::AttnQ => vec![d.hidden, q],
+                LayerTensor::AttnK | LayerTensor::AttnV => vec![d.hidden, kv],
+                LayerTensor::AttnOutput => vec![q, d.hidden],
+                LayerTensor::FfnGate | LayerTensor::FfnUp => vec![d.hidden, d.ffn],
+                LayerTensor::FfnDown => vec![d.ffn, d.hidden],
+            }
+        }
+
+        /// Parses `blk.{i}.<suffix>` (canonical decimal `i`) into the layer and the tensor.
+        pub fn parse(name: &str) -> Option<(u64, LayerTensor)> {
+            let rest = name.strip_prefix("blk.")?;
+            let (idx, suffix) = rest.split_once('.')?;
+            if idx.is_empty()
+                || (idx.len() > 1 && idx.starts_with('0'))
+                || !idx.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            let t = LayerTensor::ALL
+                .into_iter()
+                .find(|t| t.suffix() == suffix)?;
+            Some((idx.parse().ok()?, t))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tensors::LayerTensor;
+
+    #[test]
+    fn layer_names_round_trip() {
+        for t in LayerTensor::ALL {
+            assert_eq!(LayerTensor::parse(&t.name(17)), Some((17, t)));
+        }
+        assert_eq!(LayerTensor::parse("blk.01.attn_q.weight"), None);
+        assert_eq!(LayerTensor::parse("blk.1.attn_q.bias"), None);
+        assert_eq!(LayerTensor::parse("blk..attn_q.weight"), None);
+    }
+}

@@ -1,0 +1,50 @@
+//! F16: IEEE binary16 values (block length 1, 2 bytes). Encoding rounds to nearest even
+//! (numpy `astype(float16)`, as gguf-py writes it).
+
+use dspark_gguf::GgmlType;
+use half::f16;
+
+use crate::float::{decode, encode_f16};
+use crate::format::{Activation, BlockFormat, Detected, FormatKernels};
+use crate::gemm::Columns;
+use crate::SourceDtype;
+
+/// The F16 format.
+pub struct Fp16;
+
+impl BlockFormat for Fp16 {
+    const TYPE: GgmlType = GgmlType::F16;
+    const ACTIVATION: Activation = Activation::F32;
+
+    fn quantize_ref(x: &[f32], out: &mut [u8]) {
+        encode_f16(x, out)
+    }
+
+    fn dequantize_ref(q: &[u8], y: &mut [f32]) {
+        decode(SourceDtype::F16, q, y)
+    }
+
+    fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+        row.chunks_exact(2)
+            .zip(x.f32(c))
+            .map(|(b, &v)| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
+            .sum()
+    }
+
+    fn kernels(cpu: Detected) -> FormatKernels {
+        let mut k = FormatKernels::reference::<Fp16>();
+        #[cfg(target_arch = "x86_64")]
+        if cpu.has_avx2() {
+            k.rows = |w, first, x, out| {
+                // SAFETY: this row is built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe {
+                    crate::gemm::x86_64::rows_plain::<crate::gemm::x86_64::LoadF16>(
+                        w, first, x, out,
+                    )
+                }
+            };
+        }
+        let _ = cpu;
+        k
+    }
+}

@@ -1,0 +1,450 @@
+//! Greedy decoding, plain and speculative (`shared/spec/runtime-math.md` §4.2–4.4), with
+//! tokens handed to an [`Observer`] as they are committed, a stop reason for every run,
+//! and statistics.
+//!
+//! The speculative loop: prefill with capture → draft a block after the anchor → verify
+//! the anchor and the drafts in one target forward → accept the longest prefix of drafts
+//! that equal the target's argmax, plus the target's next token (the bonus) → roll the
+//! target back to the committed length, commit, and give the drafter the committed
+//! positions' features. Because a batched target forward equals single-position forwards
+//! bit for bit, the output equals [`autoregressive`]'s token for token.
+//!
+//! Both loops prefill in chunks of [`PREFILL_CHUNK`] positions (the same bits as one
+//! forward) and poll [`Observer::interrupted`] between chunks and steps, so an interrupt
+//! is honoured within one step; what was generated until then is kept.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+use crate::models::dspark::DraftSession;
+use crate::target::{Logits, Target};
+
+/// Positions per prefill forward: as many columns as the widest kernel pass takes, so
+/// chunking costs no extra pass over the weights, and short enough that an interrupt is
+/// seen within a fraction of a second on the targets dspark runs.
+pub const PREFILL_CHUNK: usize = 16;
+
+/// Index of the largest logit (the lowest index among equals; NaN never wins).
+pub fn argmax(logits: &[f32]) -> u32 {
+    logits.iter().enumerate().fold(
+        0usize,
+        |best, (j, &x)| if x > logits[best] { j } else { best },
+    ) as u32
+}
+
+/// What to generate.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The prompt (at least one token).
+    pub prompt: &'a [u32],
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Tokens the prompt and the output may hold together (the context length, or less).
+    pub context: usize,
+    /// Tokens that end the output (included in it).
+    pub stop: &'a [u32],
+    /// The end-of-sequence token, which ends the output too (`None`: ignored).
+    pub eos: Option<u32>,
+}
+
+impl Request<'_> {
+    /// Tokens the run may produce: `max_tokens`, or fewer when the context is shorter.
+    pub fn budget(&self) -> usize {
+        self.max_tokens
+            .min(self.context.saturating_sub(self.prompt.len()))
+    }
+
+    /// Positions a target session needs to serve this request when it verifies up to
+    /// `drafts` drafts per step (0 for plain decoding): the prompt, the output but its last
+    /// token, and one block of tentative positions.
+    pub fn positions(&self, drafts: usize) -> usize {
+        (self.prompt.len() + self.budget()).saturating_sub(1) + drafts + 1
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `max_tokens` were generated.
+    #[default]
+    MaxTokens,
+    /// The end-of-sequence token was generated.
+    Eos,
+    /// A stop token was generated.
+    Stop,
+    /// The prompt and the output filled the context.
+    Context,
+    /// The observer asked to stop (Ctrl-C).
+    Interrupted,
+}
+
+/// One speculative round, as `--trace` records it (one JSON line each).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Round {
+    /// Position of the anchor.
+    pub position: usize,
+    /// The anchor token.
+    pub anchor: u32,
+    /// Drafted tokens.
+    pub drafted: Vec<u32>,
+    /// Their confidences (empty without a confidence head).
+    pub confidences: Vec<f32>,
+    /// Drafts verified by the target (the first ones; fewer than drafted near the end).
+    pub verified: usize,
+    /// Drafts accepted.
+    pub accepted: usize,
+    /// Tokens committed this round (accepted drafts, then the bonus), after stop rules.
+    pub committed: Vec<u32>,
+}
+
+/// Wall time of a run, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Seconds {
+    /// The whole run.
+    pub total: f64,
+    /// Prompt evaluation (prefill, and the drafter's context for it).
+    pub prompt: f64,
+    /// Everything after the prompt.
+    pub eval: f64,
+    /// In target forwards (prefill included).
+    pub target: f64,
+    /// In the drafter (context and drafting).
+    pub drafter: f64,
+    /// The rest (acceptance, bookkeeping, the observer).
+    pub bookkeeping: f64,
+}
+
+/// Counts and times of a run, as `generate --json` prints them (`stats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub generated: usize,
+    /// Draft–verify rounds (0 for plain decoding).
+    pub rounds: usize,
+    /// Mean tokens committed per round (accepted drafts + the bonus); 1 without rounds.
+    pub mean_acceptance_length: f64,
+    /// `acceptance_histogram[m]`: rounds in which m drafts were accepted.
+    pub acceptance_histogram: Vec<usize>,
+    /// Drafts verified, over all rounds.
+    pub drafts_verified: usize,
+    /// Drafts accepted, over all rounds.
+    pub drafts_accepted: usize,
+    /// Prompt tokens per second of prompt evaluation.
+    pub prompt_tokens_per_second: f64,
+    /// Tokens after the first per second of evaluation.
+    pub eval_tokens_per_second: f64,
+    /// Tokens generated per second of the whole run.
+    pub tokens_per_second: f64,
+    /// Where the time went.
+    pub seconds: Seconds,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
+}
+
+impl Stats {
+    fn finish(&mut self, started: Instant, prompt_done: Option<Instant>) {
+        let total = started.elapsed().as_secs_f64();
+        let prompt = prompt_done.map_or(total, |p| (p - started).as_secs_f64());
+        let s = &mut self.seconds;
+        s.total = total;
+        s.prompt = prompt;
+        s.eval = (total - prompt).max(0.0);
+        s.bookkeeping = (total - s.target - s.drafter).max(0.0);
+        let committed: usize = self
+            .acceptance_histogram
+            .iter()
+            .enumerate()
+            .map(|(m, &n)| (m + 1) * n)
+            .sum();
+        self.mean_acceptance_length = if self.rounds > 0 {
+            committed as f64 / self.rounds as f64
+        } else {
+            1.0
+        };
+        let per = |n: usize, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
+        self.prompt_tokens_per_second = per(self.prompt_tokens, s.prompt);
+        self.eval_tokens_per_second = per(self.generated.saturating_sub(1), s.eval);
+        self.tokens_per_second = per(self.generated, s.total);
+    }
+}
+
+/// Receives a run's progress.
+pub trait Observer {
+    /// Tokens just committed, in order (already cut by the stop rules).
+    fn tokens(&mut self, _tokens: &[u32]) {}
+    /// A speculative round, after its tokens.
+    fn round(&mut self, _round: &Round) {}
+    /// Polled between steps: true stops the run (stop reason `interrupted`).
+    fn interrupted(&self) -> bool {
+        false
+    }
+}
+
+/// An observer that keeps nothing and never interrupts.
+pub struct Quiet;
+
+impl Observer for Quiet {}
+
+/// A run's tokens and statistics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Generated tokens (the prompt excluded).
+    pub tokens: Vec<u32>,
+    /// Counts, times and the stop reason.
+    pub stats: Stats,
+}
+
+/// The output so far and the rules that end it.
+struct Output<'r> {
+    tokens: Vec<u32>,
+    req: &'r Request<'r>,
+    budget: usize,
+    stopped: Option<StopReason>,
+}
+
+impl<'r> Output<'r> {
+    fn new(req: &'r Request<'r>) -> Output<'r> {
+        Output {
+            tokens: Vec::new(),
+            req,
+            budget: req.budget(),
+            stopped: None,
+        }
+    }
+
+    /// Appends `new` up to and including the first stop or EOS token and within the
+    /// budget; returns what was kept.
+    fn push(&mut self, new: &[u32]) -> &[u32] {
+        let start = self.tokens.len();
+        for &t in new {
+            if self.stopped.is_some() {
+                break;
+            }
+            self.tokens.push(t);
+            if self.req.eos == Some(t) {
+                self.stopped = Some(StopReason::Eos);
+            } else if self.req.stop.contains(&t) {
+                self.stopped = Some(StopReason::Stop);
+            } else if self.tokens.len() >= self.budget {
+                self.stopped = Some(if self.budget < self.req.max_tokens {
+                    StopReason::Context
+                } else {
+                    StopReason::MaxTokens
+                });
+            }
+        }
+        &self.tokens[start..]
+    }
+
+    fn remaining(&self) -> usize {
+        self.budget - self.tokens.len()
+    }
+}
+
+fn check_request(target: &dyn Target, req: &Request<'_>) -> Result<()> {
+    if req.prompt.is_empty() {
+        return Err(RuntimeError::Request(
+            "the prompt is empty: generation needs at least one token".into(),
+        ));
+    }
+    if req.budget() == 0 {
+        return Err(RuntimeError::Request(format!(
+            "nothing to generate: {} prompt tokens, {} tokens at most, a context of {}",
+            req.prompt.len(),
+            req.max_tokens,
+            req.context
+        )));
+    }
+    // Plain decoding needs every position but the last token's; drafts beyond the room
+    // left are not verified, so a session of that size serves speculation too.
+    let need = req.positions(0);
+    if target.capacity() < need || !target.is_empty() {
+        return Err(RuntimeError::Request(format!(
+            "the target session holds {} positions ({} used); this request needs {need}",
+            target.capacity(),
+            target.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Prefills `prompt` in chunks; `with_features` receives each chunk's captured features.
+/// Returns the last position's logits, or `None` when interrupted.
+fn prefill(
+    target: &mut dyn Target,
+    prompt: &[u32],
+    capture: &[usize],
+    stats: &mut Stats,
+    obs: &dyn Observer,
+    mut with_features: impl FnMut(&[f32], &mut Stats) -> Result<()>,
+) -> Result<Option<Vec<f32>>> {
+    let mut last = Vec::new();
+    for chunk in prompt.chunks(PREFILL_CHUNK) {
+        if obs.interrupted() {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let f = target.forward(chunk, capture, Logits::Last)?;
+        stats.seconds.target += t.elapsed().as_secs_f64();
+        with_features(&f.captured, stats)?;
+        last = f.logits;
+    }
+    target.commit();
+    Ok(Some(last))
+}
+
+/// Target-only greedy decoding.
+pub fn autoregressive(
+    target: &mut dyn Target,
+    req: &Request<'_>,
+    obs: &mut dyn Observer,
+) -> Result<Outcome> {
+    check_request(target, req)?;
+    let started = Instant::now();
+    let mut stats = Stats {
+        prompt_tokens: req.prompt.len(),
+        ..Stats::default()
+    };
+    let mut out = Output::new(req);
+    let mut prompt_done = None;
+    match prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))? {
+        None => out.stopped = Some(StopReason::Interrupted),
+        Some(logits) => {
+            prompt_done = Some(Instant::now());
+            let first = argmax(&logits);
+            obs.tokens(out.push(&[first]));
+        }
+    }
+    while out.stopped.is_none() {
+        if obs.interrupted() {
+            out.stopped = Some(StopReason::Interrupted);
+            break;
+        }
+        let last = *out.tokens.last().expect("a token was generated");
+        let t = Instant::now();
+        let f = target.forward(&[last], &[], Logits::Last)?;
+        stats.seconds.target += t.elapsed().as_secs_f64();
+        target.commit();
+        obs.tokens(out.push(&[argmax(&f.logits)]));
+    }
+    stats.stop_reason = out.stopped.unwrap_or_default();
+    stats.generated = out.tokens.len();
+    stats.finish(started, prompt_done);
+    Ok(Outcome {
+        tokens: out.tokens,
+        stats,
+    })
+}
+
+/// Greedy speculative decoding with a drafter session (empty, for the same sequence).
+pub fn speculative(
+    target: &mut dyn Target,
+    drafter: &mut DraftSession,
+    req: &Request<'_>,
+    obs: &mut dyn Observer,
+) -> Result<Outcome> {
+    let model = std::sync::Arc::clone(drafter.model());
+    check_request(target, req)?;
+    if !drafter.is_empty() || drafter.capacity() < target.capacity() {
+        return Err(RuntimeError::Request(format!(
+            "the drafter session holds {} positions ({} used); the target's holds {}",
+            drafter.capacity(),
+            drafter.len(),
+            target.capacity()
+        )));
+    }
+    let started = Instant::now();
+    let mut stats = Stats {
+        prompt_tokens: req.prompt.len(),
+        ..Stats::default()
+    };
+    let capture = model.hparams().target_layer_ids.clone();
+    let width = capture.len() * target.shape().hidden;
+    let mut out = Output::new(req);
+    let mut prompt_done = None;
+    let prefilled = prefill(
+        target,
+        req.prompt,
+        &capture,
+        &mut stats,
+        obs,
+        |features, stats| {
+            let t = Instant::now();
+            drafter.add_context(features)?;
+            stats.seconds.drafter += t.elapsed().as_secs_f64();
+            Ok(())
+        },
+    )?;
+    match prefilled {
+        None => out.stopped = Some(StopReason::Interrupted),
+        Some(logits) => {
+            prompt_done = Some(Instant::now());
+            obs.tokens(out.push(&[argmax(&logits)]));
+        }
+    }
+    let vocab = target.shape().vocab;
+    while out.stopped.is_none() {
+        if obs.interrupted() {
+            out.stopped = Some(StopReason::Interrupted);
+            break;
+        }
+        let anchor = *out.tokens.last().expect("a token was generated");
+        let t = Instant::now();
+        let draft = drafter.draft(&*target, anchor)?;
+        stats.seconds.drafter += t.elapsed().as_secs_f64();
+        // Verify only drafts that can still be committed and still fit the session.
+        let committed = target.len();
+        let room = target.capacity() - committed;
+        let n = draft.tokens.len().min(out.remaining() - 1).min(room - 1);
+        let mut verify = Vec::with_capacity(n + 1);
+        verify.push(anchor);
+        verify.extend(&draft.tokens[..n]);
+        let t = Instant::now();
+        let f = target.forward(&verify, &capture, Logits::All)?;
+        stats.seconds.target += t.elapsed().as_secs_f64();
+        let targets: Vec<u32> = f.logits.chunks_exact(vocab).map(argmax).collect();
+        let m = draft.tokens[..n]
+            .iter()
+            .zip(&targets)
+            .take_while(|(d, t)| d == t)
+            .count();
+        // Commit the anchor and m drafts; their features go to the drafter.
+        target.rollback(committed + m + 1)?;
+        target.commit();
+        let t = Instant::now();
+        drafter.add_context(&f.captured[..(m + 1) * width])?;
+        stats.seconds.drafter += t.elapsed().as_secs_f64();
+        let mut new = draft.tokens[..m].to_vec();
+        new.push(targets[m]);
+        let kept = out.push(&new).to_vec();
+        obs.tokens(&kept);
+        stats.rounds += 1;
+        stats.drafts_verified += n;
+        stats.drafts_accepted += m;
+        if stats.acceptance_histogram.len() <= m {
+            stats.acceptance_histogram.resize(m + 1, 0);
+        }
+        stats.acceptance_histogram[m] += 1;
+        obs.round(&Round {
+            position: committed,
+            anchor,
+            verified: n,
+            accepted: m,
+            drafted: draft.tokens,
+            confidences: draft.confidences,
+            committed: kept,
+        });
+    }
+    stats.stop_reason = out.stopped.unwrap_or_default();
+    stats.generated = out.tokens.len();
+    stats.finish(started, prompt_done);
+    Ok(Outcome {
+        tokens: out.tokens,
+        stats,
+    })
+}

@@ -1,0 +1,53 @@
+//! Memory known before it is used: every buffer whose size follows from a request (KV
+//! caches, drafter context) is sized here, checked against what the machine can give, and
+//! allocated fallibly, so an impossible request is an error naming the byte count, never
+//! an abort.
+
+use crate::error::{Result, RuntimeError};
+
+/// Bytes this machine can still give (`MemAvailable` of `/proc/meminfo`), when known.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses `bytes` for `what` when it exceeds the memory available.
+pub fn check_fits(bytes: u64, what: &str) -> Result<()> {
+    let available = available_memory();
+    if available.is_some_and(|a| bytes > a) {
+        return Err(RuntimeError::Memory {
+            what: what.to_string(),
+            bytes,
+            available,
+        });
+    }
+    Ok(())
+}
+
+/// `n` zeroed f32 values for `what`, or an error with the byte count when `n × 4`
+/// overflows, exceeds the memory available, or the allocation fails.
+pub(crate) fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
+    let bytes = (n as u64)
+        .checked_mul(4)
+        .ok_or_else(|| RuntimeError::Memory {
+            what: what.to_string(),
+            bytes: u64::MAX,
+            available: available_memory(),
+        })?;
+    check_fits(bytes, what)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| RuntimeError::Memory {
+        what: what.to_string(),
+        bytes,
+        available: available_memory(),
+    })?;
+    v.resize(n, 0.0);
+    Ok(v)
+}
+
+/// `a × b × …` in u64, `None` on overflow.
+pub fn product(factors: &[u64]) -> Option<u64> {
+    factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))
+}

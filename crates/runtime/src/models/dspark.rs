@@ -1,0 +1,451 @@
+//! The DSpark / DFlash drafter, loaded from a drafter file the contract crate checked
+//! ([`DraftFile`]: a `dflash-draft` GGUF as `dspark convert` writes it, with or without
+//! the DSpark heads).
+//!
+//! Follows `shared/spec/runtime-math.md`: §1.2 fusion `c_p = RMSNorm_hidden(W_fc f_p)` of
+//! each captured feature row, §1.4 decoder layers over the block `[x0, MASK, …]` whose
+//! attention sees the cached context keys and the whole block (no causal mask), §1.5 a
+//! context K/V cache extended as tokens are committed (block K/V are never cached), §1.7
+//! both draft-row conventions, §1.8 base logits through the target's LM head (or the
+//! drafter's own, when it has one), §3.1 the greedy Markov chain seeded with the anchor
+//! and §3.3 the confidence head.
+//!
+//! [`Drafter`] holds the weights (shared through an `Arc`) and the target shape it was
+//! checked to fit; [`DraftSession`] one sequence's context cache.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dspark_contract::dflash_draft::DraftHparams;
+use dspark_contract::{DraftFile, TargetShape};
+use dspark_quant::gemm::gemm;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::cache::KvCache;
+use crate::error::{Result, RuntimeError};
+use crate::nn::attention::attend_group;
+use crate::nn::layer::{DecoderLayer, Dims};
+use crate::nn::ops::norm_rows;
+use crate::nn::rope::{norm_rope_heads, rope_tables, Rope, Yarn};
+use crate::target::Target;
+use crate::weights::{vector, ModelBytes, WeightRef};
+
+/// The DSpark heads.
+struct Markov {
+    /// `[V rows × R]`: embedding of the previous token.
+    w1: WeightRef,
+    /// `[V rows × R]`: rank-R map to logits.
+    w2: WeightRef,
+}
+
+/// The confidence head: weight (`hidden`, or `hidden + R` with the Markov embedding) and
+/// bias.
+struct Confidence {
+    weight: Vec<f32>,
+    bias: f32,
+}
+
+/// One drafted block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Draft {
+    /// Drafted tokens x_1..x_γ.
+    pub tokens: Vec<u32>,
+    /// Per draft, the confidence head's acceptance probability (empty without the head).
+    pub confidences: Vec<f32>,
+    /// Where the drafting time went.
+    pub times: DraftTimes,
+}
+
+/// Wall time of the phases of one [`DraftSession::draft`] call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct DraftTimes {
+    /// Embedding, decoder layers and the final norm.
+    pub layers: Duration,
+    /// The LM head on the draft rows.
+    pub lm_head: Duration,
+    /// Markov chain, confidence head and argmax.
+    pub heads: Duration,
+}
+
+/// A drafter's weights, checked to fit one target shape.
+pub struct Drafter {
+    bytes: ModelBytes,
+    hparams: DraftHparams,
+    target: TargetShape,
+    fc: WeightRef,
+    hidden_norm: Vec<f32>,
+    output_norm: Vec<f32>,
+    layers: Vec<DecoderLayer>,
+    markov: Option<Markov>,
+    confidence: Option<Confidence>,
+    token_embd: Option<WeightRef>,
+    output: Option<WeightRef>,
+    rope: Rope,
+}
+
+impl Drafter {
+    /// Loads the weights `file` describes (the contract's proof for a GGUF parsed from
+    /// `bytes`), after checking that the drafter fits `target` (`dspark_contract::fit`).
+    pub fn load(bytes: ModelBytes, file: &DraftFile<'_>, target: &TargetShape) -> Result<Drafter> {
+        dspark_contract::fit::check(file, target)?;
+        let b: &[u8] = (*bytes).as_ref();
+        let hparams = file.hparams().clone();
+        let layers = file
+            .layers()
+            .iter()
+            .map(|l| DecoderLayer::load(b, l))
+            .collect::<Result<Vec<_>>>()?;
+        let markov = match file.markov() {
+            Some(m) => Some(Markov {
+                w1: WeightRef::locate(b, &m.w1)?,
+                w2: WeightRef::locate(b, &m.w2)?,
+            }),
+            None => None,
+        };
+        let confidence = file.confidence().map(|c| Confidence {
+            weight: vector(&c.weight),
+            bias: vector(&c.bias)[0],
+        });
+        let own = |t: Option<&dspark_contract::TensorRef<'_>>| {
+            t.map(|t| WeightRef::locate(b, t)).transpose()
+        };
+        let yarn = hparams.yarn.map(|y| Yarn {
+            factor: f64::from(y.factor),
+            original_context: f64::from(y.original_context),
+            beta_fast: f64::from(y.beta_fast),
+            beta_slow: f64::from(y.beta_slow),
+            attention_factor: y.attention_factor.map(f64::from),
+        });
+        Ok(Drafter {
+            fc: WeightRef::locate(b, file.fc())?,
+            hidden_norm: vector(file.hidden_norm()),
+            output_norm: vector(file.output_norm()),
+            token_embd: own(file.token_embd())?,
+            output: own(file.output())?,
+            rope: Rope::new(hparams.head_dim, f64::from(hparams.rope_base), yarn),
+            target: *target,
+            layers,
+            markov,
+            confidence,
+            hparams,
+            bytes,
+        })
+    }
+
+    /// Parses `bytes`, checks them against the `dflash-draft` contract with this build's
+    /// kernels and against `target`, and loads them.
+    pub fn open(bytes: ModelBytes, target: &TargetShape) -> Result<Drafter> {
+        let file = dspark_gguf::GgufFile::parse((*bytes).as_ref())?;
+        let checked = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())?;
+        Drafter::load(bytes.clone(), &checked, target)
+    }
+
+    /// Hyper-parameters.
+    pub fn hparams(&self) -> &DraftHparams {
+        &self.hparams
+    }
+
+    /// The target shape it was checked against.
+    pub fn target_shape(&self) -> TargetShape {
+        self.target
+    }
+
+    /// Drafts per block: B (anchor-row convention) or B − 1.
+    pub fn drafts_per_block(&self) -> usize {
+        if self.hparams.sample_from_anchor {
+            self.hparams.block_size
+        } else {
+            self.hparams.block_size - 1
+        }
+    }
+
+    /// Whether it has the Markov head.
+    pub fn has_markov(&self) -> bool {
+        self.markov.is_some()
+    }
+
+    /// Bytes of the decoder layers and the final norm (what a block streams besides the
+    /// heads and the LM head).
+    pub fn layer_bytes(&self) -> u64 {
+        self.layers.iter().map(DecoderLayer::bytes).sum::<u64>() + 4 * self.output_norm.len() as u64
+    }
+
+    /// Bytes of the Markov head's W2 (read once per draft), 0 without the head.
+    pub fn markov_w2_bytes(&self) -> u64 {
+        self.markov.as_ref().map_or(0, |m| m.w2.bytes())
+    }
+
+    /// Bytes of a session's context cache for `capacity` positions.
+    pub fn session_bytes(&self, capacity: usize) -> Option<u64> {
+        let h = &self.hparams;
+        KvCache::bytes_for(h.layers, h.kv_heads * h.head_dim, capacity)
+    }
+
+    /// A session for up to `capacity` context positions, refused with its byte count when
+    /// the machine cannot hold it.
+    pub fn session(self: &Arc<Self>, capacity: usize) -> Result<DraftSession> {
+        let h = &self.hparams;
+        let cache = KvCache::new(
+            h.layers,
+            h.kv_heads * h.head_dim,
+            capacity,
+            &format!("the drafter's context cache for {capacity} positions"),
+        )?;
+        Ok(DraftSession {
+            model: Arc::clone(self),
+            cache,
+            len: 0,
+        })
+    }
+
+    fn dims(&self) -> Dims {
+        let h = &self.hparams;
+        Dims {
+            hidden: h.hidden,
+            heads: h.heads,
+            kv_heads: h.kv_heads,
+            head_dim: h.head_dim,
+            ffn: h.ffn,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        (*self.bytes).as_ref()
+    }
+}
+
+/// One sequence's drafter state: the context K/V of every committed position.
+pub struct DraftSession {
+    model: Arc<Drafter>,
+    cache: KvCache,
+    len: usize,
+}
+
+impl DraftSession {
+    /// The drafter.
+    pub fn model(&self) -> &Arc<Drafter> {
+        &self.model
+    }
+
+    /// Context positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no context is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions it can hold.
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    /// Forgets context beyond `len` positions.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Appends context rows: `features` holds n rows of captured target features
+    /// (`captured layers × hidden` each, the target's capture order), for positions
+    /// `len()..len()+n`. Each layer caches their keys and values.
+    pub fn add_context(&mut self, features: &[f32]) -> Result<()> {
+        let model = Arc::clone(&self.model);
+        let (c, bytes) = (&model.hparams, model.bytes());
+        let width = c.target_layer_ids.len() * c.hidden;
+        if features.len() % width != 0 {
+            return Err(RuntimeError::Request(format!(
+                "{} feature values are not whole rows of {width}",
+                features.len()
+            )));
+        }
+        let n = features.len() / width;
+        if self.len + n > self.cache.capacity() {
+            return Err(RuntimeError::Request(format!(
+                "the drafter session holds {} positions: {} + {n} do not fit",
+                self.cache.capacity(),
+                self.len
+            )));
+        }
+        let (h, kvd) = (c.hidden, c.kv_heads * c.head_dim);
+        // 1. Fusion: c_p = RMSNorm_hidden(W_fc f_p).
+        let mut fused = vec![0.0f32; n * h];
+        gemm(&model.fc.matrix(bytes), features, &mut fused);
+        let mut ctx = vec![0.0f32; n * h];
+        norm_rows(&fused, &model.hidden_norm, c.eps, &mut ctx);
+        // 2. Per layer: K/V of the context rows (no input norm), k_norm + RoPE, cached.
+        let (mut k, mut v) = (vec![0.0f32; n * kvd], vec![0.0f32; n * kvd]);
+        let tables = rope_tables(&model.rope, self.len, n, c.head_dim);
+        for (li, layer) in model.layers.iter().enumerate() {
+            gemm(&layer.k.matrix(bytes), &ctx, &mut k);
+            gemm(&layer.v.matrix(bytes), &ctx, &mut v);
+            norm_rope_heads(&mut k, kvd, &layer.k_norm, c.eps, &model.rope, &tables);
+            self.cache.write(li, self.len, &k, &v);
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    /// Drafts one block after the cached context: the anchor `x0` at position `len()`,
+    /// mask tokens after it. Returns γ = B drafts (anchor-row convention) or B − 1.
+    /// `target` lends its embedding and LM head unless the drafter has its own; it must
+    /// have the shape the drafter was checked against.
+    pub fn draft(&self, target: &dyn Target, anchor: u32) -> Result<Draft> {
+        let model = &*self.model;
+        let (c, bytes) = (&model.hparams, model.bytes());
+        if target.shape() != model.target {
+            return Err(RuntimeError::Request(format!(
+                "the drafter was checked against a target of {:?}, not {:?}",
+                model.target,
+                target.shape()
+            )));
+        }
+        let (b, h, hd) = (c.block_size, c.hidden, c.head_dim);
+        let (qd, kvd, group) = (c.heads * hd, c.kv_heads * hd, c.heads / c.kv_heads);
+        let dims = model.dims();
+        let started = Instant::now();
+        // 1. The block [x0, MASK, …], embedded.
+        let mut tokens = vec![c.mask_token_id; b];
+        tokens[0] = anchor;
+        let mut z = vec![0.0f32; b * h];
+        match &model.token_embd {
+            Some(e) => {
+                let m = e.matrix(bytes);
+                if let Some(&t) = tokens.iter().find(|&&t| t as usize >= m.rows) {
+                    return Err(RuntimeError::Request(format!(
+                        "token {t} is outside the drafter's embedding of {} rows",
+                        m.rows
+                    )));
+                }
+                for (&t, row) in tokens.iter().zip(z.chunks_exact_mut(h)) {
+                    m.row_f32(t as usize, row);
+                }
+            }
+            None => target.embed(&tokens, &mut z)?,
+        }
+        let (mut u, mut q, mut k, mut v) = (
+            vec![0.0f32; b * h],
+            vec![0.0f32; b * qd],
+            vec![0.0f32; b * kvd],
+            vec![0.0f32; b * kvd],
+        );
+        let mut attn = vec![0.0f32; b * qd];
+        let tables = rope_tables(&model.rope, self.len, b, hd);
+        // 2. Decoder layers: keys are the cached context (positions 0..len), then the
+        //    whole block (no mask). Each task is one block row's group of query heads
+        //    sharing a KV head.
+        for (li, lw) in model.layers.iter().enumerate() {
+            norm_rows(&z, &lw.attn_norm, c.eps, &mut u);
+            lw.qkv(bytes, &u, &mut q, &mut k, &mut v);
+            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &model.rope, &tables);
+            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &model.rope, &tables);
+            let (kc, vc) = (self.cache.keys(li), self.cache.values(li));
+            let (k, v, q) = (&k, &v, &q);
+            let len = self.len;
+            attn.par_chunks_mut(group * hd).enumerate().for_each_init(
+                || Vec::with_capacity(group * (len + b)),
+                |scores, (i, out)| {
+                    let kvh = i % c.kv_heads;
+                    let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
+                    let key = |p: usize| -> &[f32] {
+                        if p < len {
+                            &kc[span(p)]
+                        } else {
+                            &k[span(p - len)]
+                        }
+                    };
+                    let value = |p: usize| -> &[f32] {
+                        if p < len {
+                            &vc[span(p)]
+                        } else {
+                            &v[span(p - len)]
+                        }
+                    };
+                    let qs = &q[i * group * hd..(i + 1) * group * hd];
+                    attend_group(qs, hd, len + b, key, value, scores, out);
+                },
+            );
+            lw.output_residual(bytes, &attn, &mut z);
+            lw.ffn_residual(bytes, &mut z, dims, c.eps);
+        }
+        // 3. Final norm; the rows that predict drafts (§1.7).
+        norm_rows(&z, &model.output_norm, c.eps, &mut u);
+        let first = if c.sample_from_anchor { 0 } else { 1 };
+        let hidden = &u[first * h..];
+        let vocab = model.target.vocab;
+        let rows = b - first;
+        let mut logits = vec![0.0f32; rows * vocab];
+        let layers_done = Instant::now();
+        // 4. Base logits through the LM head.
+        match &model.output {
+            Some(o) => gemm(&o.matrix(bytes), hidden, &mut logits),
+            None => target.lm_head(hidden, &mut logits),
+        }
+        let head_done = Instant::now();
+        // 5. Markov chain (greedy), seeded with the anchor; confidence per draft.
+        let mut drafted = Vec::with_capacity(rows);
+        let mut confidences = Vec::new();
+        let mut prev = anchor;
+        let mut bias = vec![0.0f32; if model.markov.is_some() { vocab } else { 0 }];
+        let mut e = Vec::new();
+        let markov = model
+            .markov
+            .as_ref()
+            .map(|m| (m.w1.matrix(bytes), m.w2.matrix(bytes)));
+        for (i, base) in logits.chunks_exact(vocab).enumerate() {
+            let hk = &hidden[i * h..(i + 1) * h];
+            if let Some((w1, w2)) = &markov {
+                // The contract made the Markov vocabulary the target's, so `prev` (an
+                // anchor from the target or a draft from these logits) is a row of W1.
+                e.resize(w1.cols, 0.0);
+                w1.row_f32(prev as usize, &mut e);
+                gemm(w2, &e, &mut bias);
+            }
+            if let Some(conf) = &model.confidence {
+                let mut s = conf.bias
+                    + conf.weight[..h]
+                        .iter()
+                        .zip(hk)
+                        .map(|(a, b)| a * b)
+                        .sum::<f32>();
+                if conf.weight.len() > h {
+                    s += conf.weight[h..]
+                        .iter()
+                        .zip(&e)
+                        .map(|(a, b)| a * b)
+                        .sum::<f32>();
+                }
+                confidences.push(1.0 / (1.0 + (-s).exp()));
+            }
+            // argmax of base + bias, lowest index on ties (NaN never wins).
+            let value = |j: usize| {
+                if bias.is_empty() {
+                    base[j]
+                } else {
+                    base[j] + bias[j]
+                }
+            };
+            let mut best = (0usize, value(0));
+            for j in 1..vocab {
+                let v = value(j);
+                if v > best.1 {
+                    best = (j, v);
+                }
+            }
+            let next = best.0 as u32;
+            drafted.push(next);
+            prev = next;
+        }
+        Ok(Draft {
+            tokens: drafted,
+            confidences,
+            times: DraftTimes {
+                layers: layers_done - started,
+                lm_head: head_done - layers_done,
+                heads: head_done.elapsed(),
+            },
+        })
+    }
+}

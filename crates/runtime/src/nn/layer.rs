@@ -1,0 +1,119 @@
+//! The Qwen3-style decoder layer both models are made of (`runtime-math.md` §1.4): its
+//! weights, and the steps target and drafter share — projections, the output projection
+//! with its residual, and the SwiGLU FFN with its residual.
+
+use dspark_contract::LayerRefs;
+use dspark_quant::gemm::{gemm, gemm_many};
+
+use crate::error::Result;
+use crate::nn::ops::{norm_rows, silu};
+use crate::weights::{vector, WeightRef};
+
+/// Sizes of a decoder layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+}
+
+/// One layer's weights, by their GGUF names under `blk.{i}.`.
+pub(crate) struct DecoderLayer {
+    pub attn_norm: Vec<f32>,
+    pub q: WeightRef,
+    pub k: WeightRef,
+    pub v: WeightRef,
+    pub o: WeightRef,
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: WeightRef,
+    pub up: WeightRef,
+    pub down: WeightRef,
+}
+
+impl DecoderLayer {
+    /// The layer's weights from its checked tensors, located in `bytes`.
+    pub fn load(bytes: &[u8], t: &LayerRefs<'_>) -> Result<DecoderLayer> {
+        let m = |r| WeightRef::locate(bytes, r);
+        Ok(DecoderLayer {
+            attn_norm: vector(&t.attn_norm),
+            q: m(&t.attn_q)?,
+            k: m(&t.attn_k)?,
+            v: m(&t.attn_v)?,
+            o: m(&t.attn_output)?,
+            q_norm: vector(&t.attn_q_norm),
+            k_norm: vector(&t.attn_k_norm),
+            ffn_norm: vector(&t.ffn_norm),
+            gate: m(&t.ffn_gate)?,
+            up: m(&t.ffn_up)?,
+            down: m(&t.ffn_down)?,
+        })
+    }
+
+    /// Bytes of its matrices and norms.
+    pub fn bytes(&self) -> u64 {
+        let norms =
+            self.attn_norm.len() + self.q_norm.len() + self.k_norm.len() + self.ffn_norm.len();
+        [
+            self.q, self.k, self.v, self.o, self.gate, self.up, self.down,
+        ]
+        .iter()
+        .map(WeightRef::bytes)
+        .sum::<u64>()
+            + 4 * norms as u64
+    }
+
+    /// `x += W_down(SiLU(W_gate y) ⊙ W_up y)` with `y = RMSNorm(x, ffn_norm)`, per row.
+    pub fn ffn_residual(&self, bytes: &[u8], x: &mut [f32], d: Dims, eps: f32) {
+        let n = x.len() / d.hidden;
+        let mut y = vec![0.0f32; x.len()];
+        norm_rows(x, &self.ffn_norm, eps, &mut y);
+        let (mut g, mut up, mut down) = (
+            vec![0.0f32; n * d.ffn],
+            vec![0.0f32; n * d.ffn],
+            vec![0.0f32; x.len()],
+        );
+        let (gate, upm) = (self.gate.matrix(bytes), self.up.matrix(bytes));
+        if gate.ty == upm.ty {
+            gemm_many(&[&gate, &upm], &y, &mut [&mut g, &mut up]);
+        } else {
+            gemm(&gate, &y, &mut g);
+            gemm(&upm, &y, &mut up);
+        }
+        for (a, b) in g.iter_mut().zip(&up) {
+            *a = silu(*a) * b;
+        }
+        gemm(&self.down.matrix(bytes), &g, &mut down);
+        for (a, b) in x.iter_mut().zip(&down) {
+            *a += b;
+        }
+    }
+
+    /// `q, k, v = W_q u, W_k u, W_v u`, per row, in one parallel pass.
+    pub fn qkv(&self, bytes: &[u8], u: &[f32], q: &mut [f32], k: &mut [f32], v: &mut [f32]) {
+        let (wq, wk, wv) = (
+            self.q.matrix(bytes),
+            self.k.matrix(bytes),
+            self.v.matrix(bytes),
+        );
+        if wq.ty == wk.ty && wk.ty == wv.ty {
+            gemm_many(&[&wq, &wk, &wv], u, &mut [q, k, v]);
+        } else {
+            gemm(&wq, u, q);
+            gemm(&wk, u, k);
+            gemm(&wv, u, v);
+        }
+    }
+
+    /// `x += W_o · attn`, per row.
+    pub fn output_residual(&self, bytes: &[u8], attn: &[f32], x: &mut [f32]) {
+        let mut o = vec![0.0f32; x.len()];
+        gemm(&self.o.matrix(bytes), attn, &mut o);
+        for (a, b) in x.iter_mut().zip(&o) {
+            *a += b;
+        }
+    }
+}

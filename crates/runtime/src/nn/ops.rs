@@ -1,0 +1,73 @@
+//! Elementwise and per-row operations of the Qwen3 / DFlash forward pass: RMSNorm, SiLU
+//! and softmax, written from `shared/spec/runtime-math.md` §1.8.
+//!
+//! Sums use f64 in a fixed order (as ggml's `ggml_float` does for norms), so a row's result
+//! depends on that row only: batched and single-position forwards agree bit for bit.
+/// `out = w ⊙ x / sqrt(mean(x²) + eps)` (weight applied plainly, not `1 + w`).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(
+        x.len() == w.len() && x.len() == out.len(),
+        "rms_norm lengths"
+    );
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let scale = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = g * (v * scale);
+    }
+}
+
+/// SiLU: `x / (1 + e^-x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Softmax in place; the maximum is subtracted first. An empty slice is left alone.
+pub fn softmax(x: &mut [f32]) {
+    let Some(max) = x.iter().copied().reduce(f32::max) else {
+        return;
+    };
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// RMSNorm of each `w.len()`-wide row of `x` into `out`.
+pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    for (xt, ot) in x.chunks_exact(w.len()).zip(out.chunks_exact_mut(w.len())) {
+        rms_norm(xt, w, eps, ot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_softmax_silu() {
+        let mut out = [0.0f32; 4];
+        rms_norm(
+            &[1.0, -1.0, 1.0, -1.0],
+            &[1.0, 2.0, 3.0, 4.0],
+            0.0,
+            &mut out,
+        );
+        assert_eq!(out, [1.0, -2.0, 3.0, -4.0]);
+        let mut p = [1.0f32, 2.0, 3.0, 1000.0];
+        softmax(&mut p);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6 && p[3] > 0.999);
+        let mut e: [f32; 0] = [];
+        softmax(&mut e);
+        assert_eq!(silu(0.0), 0.0);
+        assert!((silu(1.0) - 0.7310586).abs() < 1e-6);
+    }
+}
