@@ -1,5 +1,6 @@
-//! Any bytes into the strict GGUF reader; on success, every view, the contract check,
-//! and a rewrite that must parse back to the same tensors and rewrite to the same bytes.
+//! Any bytes into the strict GGUF reader; on success, every view, both contract checks,
+//! the output-contract check, and a rewrite that must parse back to the same tensors and
+//! rewrite to the same bytes.
 #![no_main]
 
 use dspark_gguf::{GgufFile, Header};
@@ -10,7 +11,9 @@ fuzz_target!(|data: &[u8]| {
     for t in file.tensors() {
         assert_eq!(t.data.len() as u64, t.info.n_bytes());
     }
-    let _ = dspark_convert::verify::check_contract(&file);
+    let types = dspark_quant::matrix_types();
+    let _ = dspark_contract::dflash_draft::check(&file, &types);
+    let _ = dspark_contract::qwen3::check(&file, &types);
     let _ = dspark_convert::verify::check_output_contract(&file);
     let mut h = Header::new();
     for (k, v) in file.kvs() {

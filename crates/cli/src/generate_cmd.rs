@@ -180,6 +180,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     inputs.extend(a.tokenizer.as_deref());
     inputs.extend(a.prompt_file.as_deref().filter(|p| *p != Path::new("-")));
     if let Some(t) = &a.trace {
+        if a.draft.is_none() {
+            usage!("--trace records speculative rounds: it needs --draft");
+        }
         check_output(t, &inputs, a.force)?;
     }
     crate::start_threads(a.threads);

@@ -5,6 +5,7 @@
 //! run the README's test command, which installs it.
 
 mod common;
+mod runtime_inputs;
 
 use std::fs;
 use std::path::Path;

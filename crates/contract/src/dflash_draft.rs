@@ -19,6 +19,7 @@ use crate::bounds;
 use crate::check::{Checker, Role, TensorRef};
 use crate::finding::{ContractError, Finding};
 use crate::layer::{attention_dims, check_layer, LayerRefs};
+use crate::names::tensors::LayerDims;
 use crate::names::{self, key, keys, tensors};
 
 /// Architecture names the generic loader accepts (`gguf-and-contract.md` §5.1); dspark
@@ -266,11 +267,13 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
         c,
         &k(keys::HEAD_COUNT_KV),
         &k(keys::KEY_LENGTH),
-        hidden,
-        heads,
-        kv_heads,
-        head_dim,
-        ffn,
+        LayerDims {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+        },
     );
     let (dims, n_cap, rope_base, eps, block_size, mask) =
         (dims?, n_cap?, rope_base?, eps?, block_size?, mask?);
@@ -427,7 +430,7 @@ fn check_layer_ids(c: &mut Checker<'_, '_>, arch: &str, depth: Option<u64>) -> O
     let mut ok = true;
     let mut seen = std::collections::BTreeSet::new();
     for &id in ids {
-        if id < 0 || id as u64 >= bounds::BLOCK_COUNT.end() + 1 {
+        if id < 0 || id as u64 >= *bounds::BLOCK_COUNT.end() {
             c.key_finding(
                 &ids_key,
                 format!(

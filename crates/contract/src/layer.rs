@@ -53,37 +53,33 @@ pub(crate) fn check_layer<'f>(
 }
 
 /// Checks the attention geometry shared by both kinds: KV heads dividing query heads and
-/// an even head size. Returns the layer dims when they hold.
+/// an even head size. Returns the dims when they hold.
 pub(crate) fn attention_dims(
     c: &mut Checker<'_, '_>,
     kv_key: &str,
     hd_key: &str,
-    hidden: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
-    ffn: u64,
+    d: LayerDims,
 ) -> Option<LayerDims> {
     let mut ok = true;
-    if kv_heads > heads || heads % kv_heads != 0 {
+    if d.kv_heads > d.heads || !d.heads.is_multiple_of(d.kv_heads) {
         c.key_finding(
             kv_key,
-            format!("is {kv_heads}, which must divide the {heads} query heads"),
+            format!(
+                "is {}, which must divide the {} query heads",
+                d.kv_heads, d.heads
+            ),
         );
         ok = false;
     }
-    if head_dim % 2 != 0 {
+    if !d.head_dim.is_multiple_of(2) {
         c.key_finding(
             hd_key,
-            format!("is {head_dim}, expected an even head size (RoPE rotates pairs)"),
+            format!(
+                "is {}, expected an even head size (RoPE rotates pairs)",
+                d.head_dim
+            ),
         );
         ok = false;
     }
-    ok.then_some(LayerDims {
-        hidden,
-        heads,
-        kv_heads,
-        head_dim,
-        ffn,
-    })
+    ok.then_some(d)
 }

@@ -15,6 +15,7 @@ use crate::bounds;
 use crate::check::{Checker, Role, TensorRef};
 use crate::finding::ContractError;
 use crate::layer::{attention_dims, check_layer, LayerRefs};
+use crate::names::tensors::LayerDims;
 use crate::names::{self, key, keys, tensors};
 use crate::vocab::{check_vocab, GgufVocab, SpecialTokens};
 
@@ -183,11 +184,13 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
         c,
         &k(keys::HEAD_COUNT_KV),
         &k(keys::KEY_LENGTH),
-        hidden,
-        heads,
-        kv_heads,
-        head_dim,
-        ffn,
+        LayerDims {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+        },
     )?;
     // The vocabulary is the embedding's row count.
     let vocab = match c.dims(tensors::TOKEN_EMBD) {

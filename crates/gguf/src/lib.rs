@@ -13,7 +13,7 @@
 //! - [`GgmlType`] and [`ValueType`] are the format's fact tables (ids, block sizes).
 //!
 //! What `parse` does not judge: tensor values (NaN, Inf) and what the metadata means;
-//! those belong to the contract check in `dspark-convert`.
+//! those belong to the contract checks in `dspark-contract`.
 //!
 //! # Example
 //! ```

@@ -56,9 +56,12 @@ pub use format::{Activation, BlockFormat, Detected, FormatKernels, Isa};
 /// How many formats the table holds.
 pub const FORMAT_COUNT: usize = 4;
 
-/// The formats, one row each: `(GGUF type, its kernels for a CPU)`. Adding a format is a
-/// module implementing [`BlockFormat`] and a row here.
-pub const FORMATS: [(GgmlType, fn(Detected) -> FormatKernels); FORMAT_COUNT] = [
+/// A row of [`FORMATS`]: a GGUF type and the function giving its kernels for a CPU.
+pub type FormatRow = (GgmlType, fn(Detected) -> FormatKernels);
+
+/// The formats, one row each. Adding a format is a module implementing [`BlockFormat`]
+/// and a row here.
+pub const FORMATS: [FormatRow; FORMAT_COUNT] = [
     (GgmlType::F32, <fp32::Fp32 as BlockFormat>::kernels),
     (GgmlType::F16, <fp16::Fp16 as BlockFormat>::kernels),
     (GgmlType::BF16, <bf16::Bf16 as BlockFormat>::kernels),

@@ -68,6 +68,18 @@ impl SynthError {
 /// Short alias.
 pub type Result<T, E = SynthError> = std::result::Result<T, E>;
 
+/// The micro target and its converted drafter (seed 1), as bytes: the seeds of the
+/// runtime-loader fuzz target and mutation test.
+pub fn micro_pair() -> (Vec<u8>, Vec<u8>) {
+    let g = target::Qwen3Geometry::micro();
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    target::write_pair(&g, dir.path(), 1, &|_, _| true).expect("writing the micro pair");
+    (
+        target::qwen3_gguf(&g, 1, dspark_gguf::GgmlType::Q8_0),
+        run::convert(&dir.path().join("draft")),
+    )
+}
+
 /// Writes `bytes` to `path` atomically (a temporary file renamed into place).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;

@@ -95,6 +95,22 @@ impl Qwen3Geometry {
         }
     }
 
+    /// A micro target for mutation tests and fuzz seeds: three layers of 32, 2/1 heads of
+    /// 16, a 259-token vocabulary (the smallest the synthetic vocabulary takes), context 64.
+    pub fn micro() -> Qwen3Geometry {
+        Qwen3Geometry {
+            hidden: 32,
+            layers: 3,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 16,
+            ffn: 32,
+            vocab: 259,
+            context: 64,
+            untied_output: false,
+        }
+    }
+
     /// A tiny target for tests: 4 layers of 64, GQA 4/2, vocabulary 512.
     pub fn tiny() -> Qwen3Geometry {
         Qwen3Geometry {

@@ -255,7 +255,7 @@ impl DraftSession {
         let model = Arc::clone(&self.model);
         let (c, bytes) = (&model.hparams, model.bytes());
         let width = c.target_layer_ids.len() * c.hidden;
-        if features.len() % width != 0 {
+        if !features.len().is_multiple_of(width) {
             return Err(RuntimeError::Request(format!(
                 "{} feature values are not whole rows of {width}",
                 features.len()

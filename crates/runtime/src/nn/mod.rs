@@ -1,5 +1,5 @@
 //! The building blocks both models are made of: the Qwen3-style decoder layer and its
-//! SwiGLU FFN ([`layer`]), attention ([`attention`]), RMSNorm / SiLU / softmax ([`ops`]),
+//! SwiGLU FFN (`layer`), attention (`attention`), RMSNorm / SiLU / softmax ([`ops`]),
 //! rotary embeddings ([`rope`]).
 
 pub(crate) mod attention;
