@@ -11,6 +11,7 @@ use dspark_convert::config::DraftConfig;
 use dspark_convert::source::parse_header;
 use dspark_convert::verify::check_output_contract;
 use dspark_gguf::GgufFile;
+use dspark_testkit::mutate::mutants;
 
 #[global_allocator]
 static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
@@ -25,51 +26,8 @@ fn seed(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// SplitMix64, so the flips are the same on every run.
-use dspark_testkit::rng::SplitMix64 as Rng;
-
-/// Every truncation, then `flips` mutants: single bit flips, random bytes, and 8-byte
-/// fields overwritten with extreme values (counts, lengths, dims, offsets).
-fn mutants(valid: &[u8], flips: usize, seed: u64, mut check: impl FnMut(&[u8])) {
-    for len in 0..valid.len() {
-        check(&valid[..len]);
-    }
-    let mut rng = Rng(seed);
-    let extremes = [
-        0u64,
-        1,
-        0xff,
-        0x7fff_ffff,
-        0xffff_ffff,
-        1 << 32,
-        i64::MAX as u64,
-        u64::MAX,
-    ];
-    let mut m = valid.to_vec();
-    for i in 0..flips {
-        m.copy_from_slice(valid);
-        let pos = (rng.next_u64() % valid.len() as u64) as usize;
-        match i % 3 {
-            0 => m[pos] ^= 1 << (rng.next_u64() % 8),
-            1 => m[pos] = rng.next_u64() as u8,
-            _ => {
-                let v = extremes[(rng.next_u64() % extremes.len() as u64) as usize].to_le_bytes();
-                let end = (pos + 8).min(m.len());
-                m[pos..end].copy_from_slice(&v[..end - pos]);
-            }
-        }
-        check(&m);
-    }
-}
-
-/// Runs `f` with at most [`MEMORY_BOUND`] more bytes available than are in use now.
-/// The allocator is process-wide, so the three input kinds run from one `#[test]`.
 fn bounded(f: impl FnOnce()) {
-    ALLOC
-        .set_limit(ALLOC.allocated() + MEMORY_BOUND)
-        .expect("limit above current use");
-    f();
-    ALLOC.set_limit(usize::MAX).expect("lift the limit");
+    dspark_testkit::mutate::bounded(&ALLOC, MEMORY_BOUND, f)
 }
 
 #[test]

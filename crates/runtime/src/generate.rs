@@ -244,6 +244,41 @@ impl<'r> Output<'r> {
     fn remaining(&self) -> usize {
         self.budget - self.tokens.len()
     }
+
+    /// Starts the output with the token the prefill's last logits give, or records that
+    /// the prefill was interrupted. Returns when the prompt was done.
+    fn start(&mut self, prefilled: Option<Vec<f32>>, obs: &mut dyn Observer) -> Option<Instant> {
+        match prefilled {
+            None => {
+                self.stopped = Some(StopReason::Interrupted);
+                None
+            }
+            Some(logits) => {
+                let done = Instant::now();
+                obs.tokens(self.push(&[argmax(&logits)]));
+                Some(done)
+            }
+        }
+    }
+
+    /// True while the run goes on (an interrupt ends it here).
+    fn going(&mut self, obs: &dyn Observer) -> bool {
+        if self.stopped.is_none() && obs.interrupted() {
+            self.stopped = Some(StopReason::Interrupted);
+        }
+        self.stopped.is_none()
+    }
+
+    /// The run's tokens and statistics.
+    fn finish(self, mut stats: Stats, started: Instant, prompt_done: Option<Instant>) -> Outcome {
+        stats.stop_reason = self.stopped.unwrap_or_default();
+        stats.generated = self.tokens.len();
+        stats.finish(started, prompt_done);
+        Outcome {
+            tokens: self.tokens,
+            stats,
+        }
+    }
 }
 
 fn check_request(target: &dyn Target, req: &Request<'_>) -> Result<()> {
@@ -311,20 +346,9 @@ pub fn autoregressive(
         ..Stats::default()
     };
     let mut out = Output::new(req);
-    let mut prompt_done = None;
-    match prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))? {
-        None => out.stopped = Some(StopReason::Interrupted),
-        Some(logits) => {
-            prompt_done = Some(Instant::now());
-            let first = argmax(&logits);
-            obs.tokens(out.push(&[first]));
-        }
-    }
-    while out.stopped.is_none() {
-        if obs.interrupted() {
-            out.stopped = Some(StopReason::Interrupted);
-            break;
-        }
+    let prefilled = prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))?;
+    let prompt_done = out.start(prefilled, obs);
+    while out.going(obs) {
         let last = *out.tokens.last().expect("a token was generated");
         let t = Instant::now();
         let f = target.forward(&[last], &[], Logits::Last)?;
@@ -332,13 +356,7 @@ pub fn autoregressive(
         target.commit();
         obs.tokens(out.push(&[argmax(&f.logits)]));
     }
-    stats.stop_reason = out.stopped.unwrap_or_default();
-    stats.generated = out.tokens.len();
-    stats.finish(started, prompt_done);
-    Ok(Outcome {
-        tokens: out.tokens,
-        stats,
-    })
+    Ok(out.finish(stats, started, prompt_done))
 }
 
 /// Greedy speculative decoding with a drafter session (empty, for the same sequence).
@@ -366,7 +384,6 @@ pub fn speculative(
     let capture = model.hparams().target_layer_ids.clone();
     let width = capture.len() * target.shape().hidden;
     let mut out = Output::new(req);
-    let mut prompt_done = None;
     let prefilled = prefill(
         target,
         req.prompt,
@@ -380,19 +397,9 @@ pub fn speculative(
             Ok(())
         },
     )?;
-    match prefilled {
-        None => out.stopped = Some(StopReason::Interrupted),
-        Some(logits) => {
-            prompt_done = Some(Instant::now());
-            obs.tokens(out.push(&[argmax(&logits)]));
-        }
-    }
+    let prompt_done = out.start(prefilled, obs);
     let vocab = target.shape().vocab;
-    while out.stopped.is_none() {
-        if obs.interrupted() {
-            out.stopped = Some(StopReason::Interrupted);
-            break;
-        }
+    while out.going(obs) {
         let anchor = *out.tokens.last().expect("a token was generated");
         let t = Instant::now();
         let draft = drafter.draft(&*target, anchor)?;
@@ -440,11 +447,5 @@ pub fn speculative(
             committed: kept,
         });
     }
-    stats.stop_reason = out.stopped.unwrap_or_default();
-    stats.generated = out.tokens.len();
-    stats.finish(started, prompt_done);
-    Ok(Outcome {
-        tokens: out.tokens,
-        stats,
-    })
+    Ok(out.finish(stats, started, prompt_done))
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cap::Cap;
 use dspark_runtime::{Drafter, Logits, Qwen3, Target};
-use dspark_testkit::rng::SplitMix64 as Rng;
+use dspark_testkit::mutate::mutants;
 use dspark_testkit::target::Qwen3Geometry;
 
 #[global_allocator]
@@ -19,51 +19,8 @@ static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
 /// What any single load and run may allocate beyond what the test itself holds.
 const MEMORY_BOUND: usize = 256 << 20;
 
-/// Every truncation, then `flips` mutants: single bit flips, random bytes, and 4- and
-/// 8-byte fields overwritten with extreme values (counts, lengths, dims, key values).
-fn mutants(valid: &[u8], flips: usize, seed: u64, mut check: impl FnMut(&[u8])) {
-    for len in 0..valid.len() {
-        check(&valid[..len]);
-    }
-    let mut rng = Rng(seed);
-    let extremes = [
-        0u64,
-        1,
-        2,
-        0xff,
-        0x7fff_ffff,
-        0xffff_ffff,
-        1 << 32,
-        i64::MAX as u64,
-        u64::MAX,
-        f32::NAN.to_bits() as u64,
-        (-1.0f32).to_bits() as u64,
-    ];
-    let mut m = valid.to_vec();
-    for i in 0..flips {
-        m.copy_from_slice(valid);
-        let pos = (rng.next_u64() % valid.len() as u64) as usize;
-        match i % 4 {
-            0 => m[pos] ^= 1 << (rng.next_u64() % 8),
-            1 => m[pos] = rng.next_u64() as u8,
-            w => {
-                let width = if w == 2 { 4 } else { 8 };
-                let v = extremes[(rng.next_u64() % extremes.len() as u64) as usize].to_le_bytes();
-                let end = (pos + width).min(m.len());
-                m[pos..end].copy_from_slice(&v[..end - pos]);
-            }
-        }
-        check(&m);
-    }
-}
-
-/// Runs `f` with at most [`MEMORY_BOUND`] more bytes available than are in use now.
 fn bounded(f: impl FnOnce()) {
-    ALLOC
-        .set_limit(ALLOC.allocated() + MEMORY_BOUND)
-        .expect("limit above current use");
-    f();
-    ALLOC.set_limit(usize::MAX).expect("lift the limit");
+    dspark_testkit::mutate::bounded(&ALLOC, MEMORY_BOUND, f)
 }
 
 #[test]

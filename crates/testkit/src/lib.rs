@@ -9,7 +9,8 @@
 //! - [`target`]: synthetic Qwen3 targets in llama.cpp's `qwen3` GGUF layout, with a
 //!   byte-level BPE vocabulary ([`target::SynthVocab`]), and [`target::write_pair`], a target
 //!   with a drafter checkpoint that fits it.
-//! - [`craft`]: GGUF files rebuilt with one key or tensor changed, for crafted-input tests.
+//! - [`craft`]: GGUF files rebuilt with one key or tensor changed, for crafted-input tests;
+//!   [`mutate`]: every truncation and seeded mutants of a file, under a memory bound.
 //! - [`head_only::HeadOnlyTarget`]: a target of an embedding and LM head only, to time a
 //!   drafter whose real target is too large to build.
 //! - [`run`]: load, convert and decode in one line, for tests.
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 pub mod craft;
 pub mod drafter;
 pub mod head_only;
+pub mod mutate;
 pub mod rng;
 pub mod run;
 pub mod target;
