@@ -47,8 +47,8 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(short = 't', long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
-    /// Positions before the measured step (prefill / drafter context).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Positions before the measured step (prefill / drafter context), at most 2^20.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub context: u64,
     /// Tokens in the verify forward timed on its own.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -73,11 +73,18 @@ fn summary(mut ms: Vec<f64>) -> Value {
 }
 
 /// Runs `f` twice untimed, then `runs` times timed; `f` returns the time it measured.
+/// Ctrl-C stops it before the next run ([`crate::Interrupted`]).
 fn time_runs(runs: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Vec<f64>> {
-    f()?;
-    f()?;
+    let mut run = || {
+        if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(anyhow::Error::new(crate::Interrupted));
+        }
+        f()
+    };
+    run()?;
+    run()?;
     (0..runs)
-        .map(|_| Ok(f()?.as_secs_f64() * 1e3))
+        .map(|_| Ok(run()?.as_secs_f64() * 1e3))
         .collect::<Result<Vec<f64>>>()
 }
 
@@ -85,15 +92,20 @@ fn median(v: &Value) -> f64 {
     v["median_ms"].as_f64().unwrap_or(f64::NAN)
 }
 
-/// Read bandwidth in bytes/s: the best of ten sums over a 1 GiB buffer (far beyond any
-/// cache), split across the current rayon pool.
+/// Read bandwidth in bytes/s: the best of ten sums over a 256 MiB buffer (eight times the
+/// largest L3 cache here), split across the current rayon pool.
 pub fn memory_bandwidth() -> Result<f64> {
-    const LEN: usize = 1 << 28; // f32 values: 1 GiB
-    dspark_runtime::memory::check_fits((LEN * 4) as u64, "the bandwidth measurement")?;
-    let buf: Vec<f32> = (0..LEN).map(|i| (i & 1023) as f32).collect();
-    let chunk = LEN / rayon::current_num_threads().max(1) / 4;
+    const LEN: usize = 1 << 26; // f32 values: 256 MiB
+    let mut buf: Vec<f32> = dspark_runtime::memory::zeroed(LEN, "the bandwidth measurement")?;
+    for (i, v) in buf.iter_mut().enumerate() {
+        *v = (i & 1023) as f32;
+    }
     let mut best = f64::INFINITY;
     for _ in 0..10 {
+        if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(anyhow::Error::new(crate::Interrupted));
+        }
+        let chunk = LEN / rayon::current_num_threads().max(1) / 4;
         let t = Instant::now();
         let s: f32 = buf
             .par_chunks(chunk.max(1 << 16))
@@ -198,174 +210,199 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         _ => None,
     };
 
-    // 2. Measurements.
-    let bandwidth = memory_bandwidth()?;
+    // 2. Measurements; Ctrl-C stops them between runs, keeping what was measured.
     let mut doc = json!({
         "threads": threads,
         "kernels": dspark_quant::kernels().isa,
-        "memory_bandwidth_gb_s": bandwidth / 1e9,
         "context": context,
     });
-    let bound = |b: u64| b as f64 / bandwidth * 1e3;
-    let vocab = session
-        .as_ref()
-        .map(|s| s.shape().vocab)
-        .or(stand_in.as_ref().map(|h| h.shape().vocab))
-        .unwrap_or(1) as u64;
-    let prompt: Vec<u32> = (0..positions as u64)
-        .map(|i| ((i * 37 + 11) % vocab) as u32)
-        .collect();
-    let capture: Vec<usize> = drafter
-        .as_ref()
-        .map(|d| d.hparams().target_layer_ids.clone())
-        .unwrap_or_default();
+    let measured = (|| -> Result<()> {
+        let bandwidth = memory_bandwidth()?;
+        doc["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
+        let bound = |b: u64| b as f64 / bandwidth * 1e3;
+        let vocab = session
+            .as_ref()
+            .map(|s| s.shape().vocab)
+            .or(stand_in.as_ref().map(|h| h.shape().vocab))
+            .unwrap_or(1) as u64;
+        let prompt: Vec<u32> = (0..positions as u64)
+            .map(|i| ((i * 37 + 11) % vocab) as u32)
+            .collect();
+        let capture: Vec<usize> = drafter
+            .as_ref()
+            .map(|d| d.hparams().target_layer_ids.clone())
+            .unwrap_or_default();
 
-    let mut decode_ms = None;
-    let mut features = Vec::new();
-    if let (Some(s), Some(t), Some(p)) = (session.as_mut(), &target, &a.target) {
-        let weights = t.model.weight_bytes();
-        let pre = s.forward(&prompt[..context], &capture, Logits::Last)?;
-        s.commit();
-        features = pre.captured;
-        let p0 = s.len();
-        let mut step = |n: usize| -> Result<Vec<f64>> {
-            time_runs(runs, || {
-                let t = Instant::now();
-                s.forward(&prompt[context..context + n], &capture, Logits::All)?;
-                let dt = t.elapsed();
-                s.rollback(p0)?;
-                Ok(dt)
-            })
-        };
-        let decode = summary(step(1)?);
-        let verify_t = summary(step(verify)?);
-        decode_ms = Some(median(&decode));
-        doc["target"] = json!({
-            "file": p.display().to_string(),
-            "tensor_bytes": weights,
-            "decode": decode,
-            "decode_tokens_per_second": 1e3 / median(&decode),
-            "decode_bound_ms": bound(weights),
-            "verify": {"tokens": verify, "median_ms": median(&verify_t), "min_ms": verify_t["min_ms"]},
-        });
-    }
-
-    if let (Some(d), Some(ds), Some(p)) = (&drafter, draft_session.as_mut(), &a.draft) {
-        let width = d.hparams().target_layer_ids.len() * d.hparams().hidden;
-        if features.is_empty() {
-            let mut rng = SplitMix64(7);
-            features = (0..context * width).map(|_| rng.normal()).collect();
-        }
-        ds.add_context(&features[..context * width])?;
-        let target_ref: &dyn Target = match (&session, &stand_in) {
-            (Some(s), _) => s,
-            (None, Some(h)) => h,
-            _ => unreachable!("a drafter has a target or a stand-in"),
-        };
-        let anchor = prompt[context];
-        let mut phases = (Vec::new(), Vec::new(), Vec::new());
-        let block = summary(time_runs(runs, || {
-            let t = Instant::now();
-            let out = ds.draft(target_ref, anchor)?;
-            let dt = t.elapsed();
-            phases.0.push(out.times.layers.as_secs_f64() * 1e3);
-            phases.1.push(out.times.lm_head.as_secs_f64() * 1e3);
-            phases.2.push(out.times.heads.as_secs_f64() * 1e3);
-            Ok(dt)
-        })?);
-        // Drop the warm-up runs' phases.
-        let (l, h, m) = (
-            summary(phases.0.split_off(2)),
-            summary(phases.1.split_off(2)),
-            summary(phases.2.split_off(2)),
-        );
-        // The context append of a fully accepted round: anchor + drafts positions.
-        let append_rows = (drafts + 1).min(context);
-        let rows = &features[..append_rows * width];
-        let len = ds.len();
-        let append = summary(time_runs(runs, || {
-            let t = Instant::now();
-            ds.add_context(rows)?;
-            let dt = t.elapsed();
-            ds.truncate(len);
-            Ok(dt)
-        })?);
-        // Bytes one block must stream: every decoder-layer tensor, the final norm, the
-        // Markov head's W2 once per draft (each step depends on the previous token), and
-        // the LM head once.
-        let layer_bytes = d.layer_bytes();
-        let w2 = d.markov_w2_bytes() * drafts as u64;
-        let drafter_bytes = layer_bytes + w2;
-        let shape = target_ref.shape();
-        let head_bytes = shape.vocab as u64 * (shape.hidden as u64 / 32 * 34);
-        doc["drafter"] = json!({
-            "file": p.display().to_string(),
-            "block_size": d.hparams().block_size,
-            "drafts": drafts,
-            "target": if session.is_some() { "the --target model" } else { "random head-only (Q8_0 LM head)" },
-            "draft": block,
-            "phases": {"layers": l, "lm_head": h, "heads": m},
-            "bytes": {"layers": layer_bytes, "markov_w2_per_block": w2, "lm_head": head_bytes},
-            "bound_ms": {
-                "drafter": bound(drafter_bytes),
-                "lm_head": bound(head_bytes),
-                "block": bound(drafter_bytes + head_bytes),
-            },
-            "draft_over_bound": median(&block) / bound(drafter_bytes + head_bytes),
-            "drafter_phases_over_bound": (median(&l) + median(&m)) / bound(drafter_bytes),
-            "append_context": {"positions": append_rows, "median_ms": median(&append), "min_ms": append["min_ms"]},
-        });
-        if let (Some(dec), Some(s)) = (decode_ms, session.as_mut()) {
-            // A round: draft, verify anchor + drafts, append the accepted positions.
+        let mut decode_ms = None;
+        let mut features = Vec::new();
+        if let (Some(s), Some(t), Some(p)) = (session.as_mut(), &target, &a.target) {
+            let weights = t.model.weight_bytes();
+            let pre = s.forward(&prompt[..context], &capture, Logits::Last)?;
+            s.commit();
+            features = pre.captured;
             let p0 = s.len();
-            let n = drafts + 1;
-            let verify_t = summary(time_runs(runs, || {
-                let t = Instant::now();
-                s.forward(&prompt[context..context + n], &capture, Logits::All)?;
-                let dt = t.elapsed();
-                s.rollback(p0)?;
-                Ok(dt)
-            })?);
-            let round = median(&block) + median(&verify_t) + median(&append);
-            doc["round"] = json!({
-                "verify_tokens": n,
-                "verify": verify_t,
-                "round_ms": round,
-                "break_even_acceptance_length": round / dec,
-                "max_speedup": n as f64 * dec / round,
+            let mut step = |n: usize| -> Result<Vec<f64>> {
+                time_runs(runs, || {
+                    let t = Instant::now();
+                    s.forward(&prompt[context..context + n], &capture, Logits::All)?;
+                    let dt = t.elapsed();
+                    s.rollback(p0)?;
+                    Ok(dt)
+                })
+            };
+            let decode = summary(step(1)?);
+            let verify_t = summary(step(verify)?);
+            decode_ms = Some(median(&decode));
+            doc["target"] = json!({
+                "file": p.display().to_string(),
+                "tensor_bytes": weights,
+                "decode": decode,
+                "decode_tokens_per_second": 1e3 / median(&decode),
+                "decode_bound_ms": bound(weights),
+                "verify": {"tokens": verify, "median_ms": median(&verify_t), "min_ms": verify_t["min_ms"]},
             });
         }
-    }
 
-    if a.json {
-        println!("{doc}");
-    } else {
-        print_table(&doc);
+        if let (Some(d), Some(ds), Some(p)) = (&drafter, draft_session.as_mut(), &a.draft) {
+            let width = d.hparams().target_layer_ids.len() * d.hparams().hidden;
+            if features.is_empty() {
+                dspark_runtime::memory::check_fits(
+                    (context * width * 4) as u64,
+                    "the drafter's random context features",
+                )
+                .map_err(|e| runtime_error(p, e))?;
+                let mut rng = SplitMix64(7);
+                features = (0..context * width).map(|_| rng.normal()).collect();
+            }
+            ds.add_context(&features[..context * width])?;
+            let target_ref: &dyn Target = match (&session, &stand_in) {
+                (Some(s), _) => s,
+                (None, Some(h)) => h,
+                _ => unreachable!("a drafter has a target or a stand-in"),
+            };
+            let anchor = prompt[context];
+            let mut phases = (Vec::new(), Vec::new(), Vec::new());
+            let block = summary(time_runs(runs, || {
+                let t = Instant::now();
+                let out = ds.draft(target_ref, anchor)?;
+                let dt = t.elapsed();
+                phases.0.push(out.times.layers.as_secs_f64() * 1e3);
+                phases.1.push(out.times.lm_head.as_secs_f64() * 1e3);
+                phases.2.push(out.times.heads.as_secs_f64() * 1e3);
+                Ok(dt)
+            })?);
+            // Drop the warm-up runs' phases.
+            let (l, h, m) = (
+                summary(phases.0.split_off(2)),
+                summary(phases.1.split_off(2)),
+                summary(phases.2.split_off(2)),
+            );
+            // The context append of a fully accepted round: anchor + drafts positions.
+            let append_rows = (drafts + 1).min(context);
+            let rows = &features[..append_rows * width];
+            let len = ds.len();
+            let append = summary(time_runs(runs, || {
+                let t = Instant::now();
+                ds.add_context(rows)?;
+                let dt = t.elapsed();
+                ds.truncate(len);
+                Ok(dt)
+            })?);
+            // Bytes one block must stream: every decoder-layer tensor, the final norm, the
+            // Markov head's W2 once per draft (each step depends on the previous token), and
+            // the LM head once.
+            let layer_bytes = d.layer_bytes();
+            let w2 = d.markov_w2_bytes() * drafts as u64;
+            let drafter_bytes = layer_bytes + w2;
+            let shape = target_ref.shape();
+            let head_bytes = shape.vocab as u64 * (shape.hidden as u64 / 32 * 34);
+            doc["drafter"] = json!({
+                "file": p.display().to_string(),
+                "block_size": d.hparams().block_size,
+                "drafts": drafts,
+                "target": if session.is_some() { "the --target model" } else { "random head-only (Q8_0 LM head)" },
+                "draft": block,
+                "phases": {"layers": l, "lm_head": h, "heads": m},
+                "bytes": {"layers": layer_bytes, "markov_w2_per_block": w2, "lm_head": head_bytes},
+                "bound_ms": {
+                    "drafter": bound(drafter_bytes),
+                    "lm_head": bound(head_bytes),
+                    "block": bound(drafter_bytes + head_bytes),
+                },
+                "draft_over_bound": median(&block) / bound(drafter_bytes + head_bytes),
+                "drafter_phases_over_bound": (median(&l) + median(&m)) / bound(drafter_bytes),
+                "append_context": {"positions": append_rows, "median_ms": median(&append), "min_ms": append["min_ms"]},
+            });
+            if let (Some(dec), Some(s)) = (decode_ms, session.as_mut()) {
+                // A round: draft, verify anchor + drafts, append the accepted positions.
+                let p0 = s.len();
+                let n = drafts + 1;
+                let verify_t = summary(time_runs(runs, || {
+                    let t = Instant::now();
+                    s.forward(&prompt[context..context + n], &capture, Logits::All)?;
+                    let dt = t.elapsed();
+                    s.rollback(p0)?;
+                    Ok(dt)
+                })?);
+                let round = median(&block) + median(&verify_t) + median(&append);
+                doc["round"] = json!({
+                    "verify_tokens": n,
+                    "verify": verify_t,
+                    "round_ms": round,
+                    "break_even_acceptance_length": round / dec,
+                    "max_speedup": n as f64 * dec / round,
+                });
+            }
+        }
+
+        Ok(())
+    })();
+    let interrupted = match measured {
+        Ok(()) => false,
+        Err(e) if e.downcast_ref::<crate::Interrupted>().is_some() => true,
+        Err(e) => return Err(e),
+    };
+    if interrupted {
+        doc["interrupted"] = json!(true);
     }
-    Ok(Outcome::Ok)
+    if a.json {
+        crate::outln!("{doc}")?;
+    } else {
+        print_table(&doc)?;
+    }
+    Ok(if interrupted {
+        crate::diag!("dspark: interrupted; the steps measured so far are above");
+        Outcome::Interrupted
+    } else {
+        Outcome::Ok
+    })
 }
 
 /// The measurements as a table.
-fn print_table(d: &Value) {
+fn print_table(d: &Value) -> Result<()> {
     let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
-    println!(
+    crate::outln!(
         "threads {}, kernels {}, memory bandwidth {} GB/s, context {}",
         d["threads"],
         d["kernels"].as_str().unwrap_or("?"),
         f(&d["memory_bandwidth_gb_s"]),
         d["context"]
-    );
-    println!(
+    )?;
+    crate::outln!(
         "{:<34} {:>10} {:>10} {:>10}",
-        "step", "median ms", "min ms", "bound ms"
-    );
-    let row = |name: String, v: &Value, bound: &Value| {
-        println!(
+        "step",
+        "median ms",
+        "min ms",
+        "bound ms"
+    )?;
+    let row = |name: String, v: &Value, bound: &Value| -> Result<()> {
+        crate::outln!(
             "{name:<34} {:>10} {:>10} {:>10}",
             f(&v["median_ms"]),
             f(&v["min_ms"]),
             f(bound)
-        );
+        )?;
+        Ok(())
     };
     let t = &d["target"];
     if t.is_object() {
@@ -373,12 +410,12 @@ fn print_table(d: &Value) {
             "target decode (1 token)".into(),
             &t["decode"],
             &t["decode_bound_ms"],
-        );
+        )?;
         row(
             format!("target verify ({} tokens)", t["verify"]["tokens"]),
             &t["verify"],
             &Value::Null,
-        );
+        )?;
     }
     let k = &d["drafter"];
     if k.is_object() {
@@ -386,18 +423,18 @@ fn print_table(d: &Value) {
             format!("draft block ({} drafts)", k["drafts"]),
             &k["draft"],
             &k["bound_ms"]["block"],
-        );
+        )?;
         row(
             "  layers".into(),
             &k["phases"]["layers"],
             &k["bound_ms"]["drafter"],
-        );
+        )?;
         row(
             "  LM head".into(),
             &k["phases"]["lm_head"],
             &k["bound_ms"]["lm_head"],
-        );
-        row("  DSpark heads".into(), &k["phases"]["heads"], &Value::Null);
+        )?;
+        row("  DSpark heads".into(), &k["phases"]["heads"], &Value::Null)?;
         row(
             format!(
                 "context append ({} positions)",
@@ -405,12 +442,12 @@ fn print_table(d: &Value) {
             ),
             &k["append_context"],
             &Value::Null,
-        );
-        println!(
+        )?;
+        crate::outln!(
             "draft / bound: {} (drafter target: {})",
             f(&k["draft_over_bound"]),
             k["target"].as_str().unwrap_or("?")
-        );
+        )?;
     }
     let r = &d["round"];
     if r.is_object() {
@@ -418,12 +455,13 @@ fn print_table(d: &Value) {
             format!("target verify ({} tokens)", r["verify_tokens"]),
             &r["verify"],
             &Value::Null,
-        );
-        println!(
+        )?;
+        crate::outln!(
             "round {} ms; break-even acceptance length {} tokens per round; at full acceptance {}x",
             f(&r["round_ms"]),
             f(&r["break_even_acceptance_length"]),
             f(&r["max_speedup"])
-        );
+        )?;
     }
+    Ok(())
 }

@@ -84,6 +84,44 @@ pub struct SynthArgs {
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Replace files an earlier synth left in the output folder.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The files `synth` writes into `out` for `pair` (a target and its drafter) or a drafter
+/// alone: each must be new unless --force; a folder synth created is removed again when
+/// it fails.
+fn synth_outputs(a: &SynthArgs, pair: bool) -> Result<Option<PathBuf>> {
+    let files: Vec<PathBuf> = if pair {
+        [
+            "target.gguf",
+            "tokenizer.json",
+            "draft/config.json",
+            "draft/model.safetensors",
+        ]
+        .iter()
+        .map(|f| a.out.join(f))
+        .collect()
+    } else {
+        vec![a.out.join("config.json"), a.out.join("model.safetensors")]
+    };
+    let created = (!a.out.exists()).then(|| a.out.clone());
+    for f in &files {
+        if f.parent().is_some_and(Path::is_dir) {
+            check_output(f, &[], a.force)?;
+        }
+    }
+    Ok(created)
+}
+
+/// Runs a synth into a folder, removing the folder again if synth created it and failed.
+fn in_new_folder(created: Option<PathBuf>, f: impl FnOnce() -> Result<Outcome>) -> Result<Outcome> {
+    let r = f();
+    if let (Err(_), Some(dir)) = (&r, created) {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    r
 }
 
 /// Opens a checkpoint folder: its config and its validated weight files.
@@ -278,7 +316,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
             .map(|(ty, n)| format!("{n} {ty}"))
             .collect();
         let src_size: u64 = sizes.iter().sum();
-        println!(
+        crate::outln!(
             "{}: {} tensors ({}), {} parameters, {} -> {} ({:.2}%), relative RMSE rms {:.6} max {:.6}, {:.1} s",
             out.display(),
             plan.tensors.len(),
@@ -290,7 +328,7 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
             rms,
             max,
             started.elapsed().as_secs_f64()
-        );
+        )?;
     }
     Ok(Outcome::Ok)
 }
@@ -302,7 +340,7 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
     write_pair(t, &a.out, a.seed, &|_, _| !CANCEL.load(Ordering::SeqCst))?;
     if !a.quiet {
         let d = pair_drafter(t);
-        println!(
+        crate::outln!(
             "{}: target.gguf ({} layers, hidden {}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
             a.out.display(),
             t.layers,
@@ -311,14 +349,15 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
             t.capture_layers(),
             d.parameters(),
             a.seed
-        );
+        )?;
     }
     Ok(Outcome::Ok)
 }
 
 pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
     if let Some(t) = Qwen3Geometry::by_name(&a.geometry) {
-        return synth_target_pair(&a, &t);
+        let created = synth_outputs(&a, true)?;
+        return in_new_folder(created, || synth_target_pair(&a, &t));
     }
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
         bail!(
@@ -327,20 +366,24 @@ pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
         );
     };
     let total: u64 = g.parameters() * 2;
+    let created = synth_outputs(&a, false)?;
     let pb = progress_bar(total, a.quiet, "synthesizing");
-    write_synth(&g, &a.out, a.seed, &|done, _| {
-        pb.set_position(done);
-        !CANCEL.load(Ordering::SeqCst)
+    in_new_folder(created, || {
+        write_synth(&g, &a.out, a.seed, &|done, _| {
+            pb.set_position(done);
+            !CANCEL.load(Ordering::SeqCst)
+        })?;
+        Ok(Outcome::Ok)
     })?;
     pb.finish_and_clear();
     if !a.quiet {
-        println!(
+        crate::outln!(
             "{}: {} drafter, {} parameters, seed {}",
             a.out.display(),
             g.name,
             g.parameters(),
             a.seed
-        );
+        )?;
     }
     Ok(Outcome::Ok)
 }

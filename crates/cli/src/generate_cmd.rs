@@ -137,39 +137,71 @@ impl Observer for Printer<'_> {
     }
 }
 
-/// The prompt's text from `-p` or `-f` (`-` = stdin), if given as text.
-fn prompt_text(a: &GenerateArgs) -> Result<Option<String>> {
+/// Runs `f` on its own thread and waits for it, unless Ctrl-C comes first (then `None`:
+/// the thread is left to the process's exit). For work that cannot poll the flag itself:
+/// reading a prompt from a pipe that may never close, tokenizing a large one.
+fn interruptible<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            // An interrupt that came while the work finished still wins (a pipe closed by
+            // the same Ctrl-C gives an empty prompt, not a usage error).
+            Ok(_) if CANCEL.load(Ordering::SeqCst) => return None,
+            Ok(v) => return Some(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if CANCEL.load(Ordering::SeqCst) {
+                    return None;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// The prompt's text from `-p` or `-f` (`-` = stdin), if given as text; `Err(None)` when
+/// interrupted while reading.
+fn prompt_text(a: &GenerateArgs) -> Result<Option<String>, Option<anyhow::Error>> {
     if let Some(p) = &a.prompt {
         return Ok(Some(p.clone()));
     }
-    let Some(path) = &a.prompt_file else {
+    let Some(path) = a.prompt_file.clone() else {
         return Ok(None);
     };
-    let bytes = if path == Path::new("-") {
-        let mut b = Vec::new();
-        std::io::stdin()
-            .lock()
-            .take(MAX_PROMPT_BYTES + 1)
-            .read_to_end(&mut b)
-            .context("cannot read the prompt from stdin")?;
-        b
+    let stdin = path == Path::new("-");
+    let name = if stdin {
+        "stdin".to_string()
     } else {
-        dspark_runtime::tokenizer::read_capped(path, MAX_PROMPT_BYTES + 1)
-            .map_err(anyhow::Error::new)?
+        path.display().to_string()
     };
+    let read = interruptible(move || -> Result<Vec<u8>> {
+        if stdin {
+            let mut b = Vec::new();
+            std::io::stdin()
+                .lock()
+                .take(MAX_PROMPT_BYTES + 1)
+                .read_to_end(&mut b)
+                .context("cannot read the prompt from stdin")?;
+            Ok(b)
+        } else {
+            dspark_runtime::tokenizer::read_capped(&path, MAX_PROMPT_BYTES + 1)
+                .map_err(anyhow::Error::new)
+        }
+    });
+    let bytes = read.ok_or(None)?.map_err(Some)?;
     if bytes.len() as u64 > MAX_PROMPT_BYTES {
-        usage!(
-            "{}: a prompt file holds at most {} MiB",
-            path.display(),
+        return Err(Some(anyhow::Error::new(crate::Usage(format!(
+            "{name}: a prompt file holds at most {} MiB",
             MAX_PROMPT_BYTES >> 20
-        );
+        )))));
     }
     String::from_utf8(bytes).map(Some).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: the prompt is not UTF-8 text (byte {})",
-            path.display(),
+        Some(anyhow::anyhow!(
+            "{name}: the prompt is not UTF-8 text (byte {})",
             e.utf8_error().valid_up_to()
-        )
+        ))
     })
 }
 
@@ -191,9 +223,16 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     let target = load_target(&a.target, a.tokenizer.as_deref())?;
     let model = &target.model;
     let hp = model.hparams().clone();
-    let text = prompt_text(&a)?;
+    let text = match prompt_text(&a) {
+        Ok(t) => t,
+        Err(Some(e)) => return Err(e),
+        Err(None) => {
+            crate::diag!("dspark: interrupted before generation started");
+            return Ok(Outcome::Interrupted);
+        }
+    };
     let tokenizer = match (&target.tokenizer, &target.tokenizer_problem, &text) {
-        (Some(t), _, _) => Some(t),
+        (Some(t), _, _) => Some(t.clone()),
         (None, Some(problem), Some(_)) => anyhow::bail!("{problem}; a text prompt needs a tokenizer"),
         (None, None, Some(_)) => usage!(
             "{} carries no tokenizer: give --tokenizer tokenizer.json, or the prompt as --prompt-tokens",
@@ -201,13 +240,19 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         ),
         (None, problem, None) => {
             if let Some(p) = problem {
-                eprintln!("dspark: {p}; printing token ids");
+                crate::diag!("dspark: {p}; printing token ids");
             }
             None
         }
     };
-    let prompt = match (&text, tokenizer) {
-        (Some(t), Some(tok)) => tok.encode(t).map_err(anyhow::Error::new)?,
+    let prompt = match (text.clone(), tokenizer.clone()) {
+        (Some(t), Some(tok)) => match interruptible(move || tok.encode(&t)) {
+            Some(ids) => ids.map_err(anyhow::Error::new)?,
+            None => {
+                crate::diag!("dspark: interrupted before generation started");
+                return Ok(Outcome::Interrupted);
+            }
+        },
         _ => a.prompt_tokens.clone(),
     };
     if prompt.is_empty() {
@@ -241,14 +286,18 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         None => None,
     };
 
-    // 3. The request, within the context: refused before any work, or clipped when asked.
+    // 3. The request, within the context (the target's, and the drafter's when it records
+    //    one): refused before any work, or clipped when asked.
+    let (model_context, whose) = match drafter.as_ref().and_then(|d| d.hparams().context) {
+        Some(dc) if dc < hp.context => (dc, "drafter"),
+        _ => (hp.context, "target"),
+    };
     let context = match a.context {
-        Some(c) if c as usize > hp.context => usage!(
-            "--context {c} exceeds the target's context of {} tokens",
-            hp.context
-        ),
+        Some(c) if c as usize > model_context => {
+            usage!("--context {c} exceeds the {whose}'s context of {model_context} tokens")
+        }
         Some(c) => c as usize,
-        None => hp.context,
+        None => model_context,
     };
     let max_tokens = usize::try_from(a.max_tokens).unwrap_or(usize::MAX);
     let wanted = prompt.len().saturating_add(max_tokens);
@@ -292,7 +341,10 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         None => None,
     };
     let mut printer = Printer {
-        stream: tokenizer.filter(|_| !a.json).map(Tokenizer::stream),
+        stream: tokenizer
+            .as_deref()
+            .filter(|_| !a.json)
+            .map(Tokenizer::stream),
         stdout: (!a.json).then(|| std::io::stdout().lock()),
         ids: 0,
         trace: trace_file.as_ref().map(|f| BufWriter::new(f.file())),
@@ -322,7 +374,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     let stats = &outcome.stats;
     if a.json {
         let mut doc = json!({"tokens": outcome.tokens, "prompt_tokens": prompt, "stats": stats});
-        if let Some(t) = tokenizer {
+        if let Some(t) = &tokenizer {
             doc["text"] = json!(t.decode(&outcome.tokens).map_err(anyhow::Error::new)?);
         }
         let mut out = std::io::stdout().lock();
@@ -331,7 +383,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         print_stats(stats);
     }
     Ok(if stats.stop_reason == StopReason::Interrupted {
-        eprintln!("dspark: interrupted");
+        crate::diag!("dspark: interrupted");
         Outcome::Interrupted
     } else {
         Outcome::Ok
@@ -341,13 +393,13 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
 /// The statistics, llama.cpp-style, on stderr.
 fn print_stats(s: &Stats) {
     let ms = |t: f64| t * 1e3;
-    eprintln!(
+    crate::diag!(
         "dspark: prompt eval: {} tokens in {:.2} ms ({:.1} tokens/s)",
         s.prompt_tokens,
         ms(s.seconds.prompt),
         s.prompt_tokens_per_second
     );
-    eprintln!(
+    crate::diag!(
         "dspark: eval: {} tokens in {:.2} ms ({:.1} tokens/s); {} generated in {:.2} ms ({:.1} tokens/s)",
         s.generated.saturating_sub(1),
         ms(s.seconds.eval),
@@ -358,12 +410,12 @@ fn print_stats(s: &Stats) {
     );
     if s.rounds > 0 {
         let rate = 100.0 * s.drafts_accepted as f64 / s.drafts_verified.max(1) as f64;
-        eprintln!(
+        crate::diag!(
             "dspark: speculation: {} rounds, mean acceptance length {:.2}, {} of {} drafts accepted ({rate:.1} %), histogram {:?}",
             s.rounds, s.mean_acceptance_length, s.drafts_accepted, s.drafts_verified, s.acceptance_histogram
         );
     }
-    eprintln!(
+    crate::diag!(
         "dspark: time: target {:.2} ms, drafter {:.2} ms, other {:.2} ms; stop: {}",
         ms(s.seconds.target),
         ms(s.seconds.drafter),

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dspark_contract::{identify, FileKind, Finding};
 use dspark_convert::report::value_json;
-use dspark_convert::verify::{check_output_contract, written_by_dspark};
+use dspark_convert::verify::{check_finite, check_output_contract, written_by_dspark};
 use dspark_gguf::{Array, GgufFile, Value};
 use serde_json::json;
 
@@ -26,15 +26,27 @@ pub struct InspectArgs {
 /// Longest array printed in full in the text view.
 const SHOW_ITEMS: usize = 8;
 
+/// Element `i` of an array, as the text view shows it.
+fn item(a: &Array, i: usize) -> String {
+    match a {
+        Array::U8(v) => v[i].to_string(),
+        Array::I8(v) => v[i].to_string(),
+        Array::U16(v) => v[i].to_string(),
+        Array::I16(v) => v[i].to_string(),
+        Array::U32(v) => v[i].to_string(),
+        Array::I32(v) => v[i].to_string(),
+        Array::U64(v) => v[i].to_string(),
+        Array::I64(v) => v[i].to_string(),
+        Array::F32(v) => v[i].to_string(),
+        Array::F64(v) => v[i].to_string(),
+        Array::Bool(v) => v[i].to_string(),
+        Array::String(v) => format!("{:?}", v[i]),
+    }
+}
+
+/// A value in one line: strings cut at 80 characters, arrays at [`SHOW_ITEMS`] items
+/// (only those are formatted, so a huge array costs nothing).
 fn short(v: &Value) -> String {
-    let list = |items: Vec<String>, n: usize| {
-        let more = if n > items.len() {
-            format!(", … ({n} items)")
-        } else {
-            String::new()
-        };
-        format!("[{}{more}]", items.join(", "))
-    };
     match v {
         Value::String(s) if s.chars().count() > 80 => {
             format!("{:?}…", s.chars().take(80).collect::<String>())
@@ -42,22 +54,107 @@ fn short(v: &Value) -> String {
         Value::String(s) => format!("{s:?}"),
         Value::Array(a) => {
             let n = a.len();
-            let items: Vec<String> = match value_json(v) {
-                serde_json::Value::Array(items) => items
-                    .iter()
-                    .take(SHOW_ITEMS)
-                    .map(|x| x.to_string())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            if let Array::String(_) = a {
-                list(items, n)
+            let items: Vec<String> = (0..n.min(SHOW_ITEMS)).map(|i| item(a, i)).collect();
+            let more = if n > SHOW_ITEMS {
+                format!(", … ({n} items)")
             } else {
-                list(items, n)
-            }
+                String::new()
+            };
+            format!("[{}{more}]", items.join(", "))
         }
+        Value::F32(x) => x.to_string(),
+        Value::F64(x) => x.to_string(),
         other => value_json(other).to_string(),
     }
+}
+
+/// A float for JSON: a number, or the strings `"NaN"`, `"inf"`, `"-inf"` (JSON has no
+/// such numbers, and `null` would hide which one the file holds).
+fn float_json<S: serde::Serializer>(x: f64, s: S) -> Result<S::Ok, S::Error> {
+    if x.is_finite() {
+        s.serialize_f64(x)
+    } else if x.is_nan() {
+        s.serialize_str("NaN")
+    } else if x > 0.0 {
+        s.serialize_str("inf")
+    } else {
+        s.serialize_str("-inf")
+    }
+}
+
+/// A metadata value serialized as it is read: arrays element by element, so a huge array
+/// is written without building it in memory first.
+struct JsonValue<'a>(&'a Value);
+
+impl serde::Serialize for JsonValue<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        macro_rules! seq {
+            ($v:expr, $f:expr) => {{
+                let mut q = s.serialize_seq(Some($v.len()))?;
+                for x in $v {
+                    q.serialize_element(&$f(x))?;
+                }
+                q.end()
+            }};
+        }
+        struct F(f64);
+        impl serde::Serialize for F {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                float_json(self.0, s)
+            }
+        }
+        match self.0 {
+            Value::F32(x) => float_json(f64::from(*x), s),
+            Value::F64(x) => float_json(*x, s),
+            Value::Array(a) => match a {
+                Array::U8(v) => seq!(v, |x: &u8| *x),
+                Array::I8(v) => seq!(v, |x: &i8| *x),
+                Array::U16(v) => seq!(v, |x: &u16| *x),
+                Array::I16(v) => seq!(v, |x: &i16| *x),
+                Array::U32(v) => seq!(v, |x: &u32| *x),
+                Array::I32(v) => seq!(v, |x: &i32| *x),
+                Array::U64(v) => seq!(v, |x: &u64| *x),
+                Array::I64(v) => seq!(v, |x: &i64| *x),
+                Array::F32(v) => seq!(v, |x: &f32| F(f64::from(*x))),
+                Array::F64(v) => seq!(v, |x: &f64| F(*x)),
+                Array::Bool(v) => seq!(v, |x: &bool| *x),
+                Array::String(v) => seq!(v, String::as_str),
+            },
+            scalar => value_json(scalar).serialize(s),
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct KeyDoc<'a> {
+    key: &'a str,
+    #[serde(rename = "type")]
+    ty: String,
+    value: JsonValue<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct TensorDoc<'a> {
+    name: &'a str,
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ne: &'a [u64],
+    offset: u64,
+    bytes: usize,
+}
+
+/// `inspect --json`, written as a stream.
+#[derive(serde::Serialize)]
+struct InspectDoc<'a> {
+    file: String,
+    version: u32,
+    size_bytes: u64,
+    alignment: u64,
+    data_offset: u64,
+    metadata: Vec<KeyDoc<'a>>,
+    tensors: Vec<TensorDoc<'a>>,
+    contract: serde_json::Value,
 }
 
 /// What the file is, by its contract: a summary (JSON) and the findings, if any.
@@ -70,9 +167,9 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
             match dspark_contract::dflash_draft::check(file, &types) {
                 Ok(d) => {
                     let h = d.hparams();
-                    let mut own = Vec::new();
+                    let mut own = check_finite(file);
                     if written_by_dspark(file) {
-                        own = check_output_contract(file);
+                        own.extend(check_output_contract(file));
                     }
                     (
                         json!({
@@ -128,7 +225,7 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
                             "bos_token_id": sp.bos,
                             "eos_token_id": sp.eos,
                         }),
-                        Vec::new(),
+                        check_finite(file),
                         kind,
                     )
                 }
@@ -155,19 +252,35 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
         summary["ok"] = json!(findings.is_empty());
         summary["findings"] = json!(findings);
         summary["tensor_counts"] = json!(counts(&file));
-        let doc = json!({
-            "file": a.file.display().to_string(),
-            "version": file.version(),
-            "size_bytes": file.file_size(),
-            "alignment": file.alignment(),
-            "data_offset": file.data_offset(),
-            "metadata": file.kvs().iter().map(|(k, v)| json!({"key": k, "type": v.type_name(), "value": value_json(v)})).collect::<Vec<_>>(),
-            "tensors": file.tensors().map(|t| json!({
-                "name": t.info.name, "type": t.info.ty.name(), "ne": t.info.dims, "offset": t.offset, "bytes": t.data.len()
-            })).collect::<Vec<_>>(),
-            "contract": summary,
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        let doc = InspectDoc {
+            file: a.file.display().to_string(),
+            version: file.version(),
+            size_bytes: file.file_size(),
+            alignment: file.alignment(),
+            data_offset: file.data_offset(),
+            metadata: file
+                .kvs()
+                .iter()
+                .map(|(k, v)| KeyDoc {
+                    key: k,
+                    ty: v.type_name(),
+                    value: JsonValue(v),
+                })
+                .collect(),
+            tensors: file
+                .tensors()
+                .map(|t| TensorDoc {
+                    name: &t.info.name,
+                    ty: t.info.ty.name(),
+                    ne: &t.info.dims,
+                    offset: t.offset,
+                    bytes: t.data.len(),
+                })
+                .collect(),
+            contract: summary,
+        };
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
         return Ok(Outcome::Ok);
     }
     writeln!(
@@ -182,7 +295,14 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
         file.data_offset()
     )?;
     writeln!(out, "\nmetadata:")?;
-    let kw = file.kvs().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    // Key column at most 56 wide; longer keys push their own line's value right.
+    let kw = file
+        .kvs()
+        .iter()
+        .map(|(k, _)| k.len())
+        .max()
+        .unwrap_or(0)
+        .min(56);
     for (k, v) in file.kvs() {
         writeln!(out, "  {k:<kw$}  {:<14} {}", v.type_name(), short(v))?;
     }

@@ -21,10 +21,15 @@ pub fn contract_error(path: &Path, e: &ContractError) -> anyhow::Error {
     anyhow::anyhow!(msg)
 }
 
-/// A runtime error about `path`, with contract findings spelled out.
+/// A runtime error about `path`, with contract findings spelled out; memory a request
+/// would need beyond what the machine gives is a usage error (exit 2), like a request
+/// beyond the context.
 pub fn runtime_error(path: &Path, e: RuntimeError) -> anyhow::Error {
     match e {
         RuntimeError::Contract(c) => contract_error(path, &c),
+        m @ RuntimeError::Memory { .. } => {
+            anyhow::Error::new(crate::Usage(format!("{}: {m}", path.display())))
+        }
         other => anyhow::Error::new(other).context(path.display().to_string()),
     }
 }
@@ -40,7 +45,7 @@ pub struct LoadedTarget {
     pub model: Arc<Qwen3>,
     /// `--tokenizer` (checked against the target), else the target's own vocabulary
     /// rebuilt, else none.
-    pub tokenizer: Option<Tokenizer>,
+    pub tokenizer: Option<Arc<Tokenizer>>,
     /// Why the target's own vocabulary could not be rebuilt, when it could not.
     pub tokenizer_problem: Option<String>,
 }
@@ -59,6 +64,11 @@ pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<LoadedT
             let t = Tokenizer::from_file(p).map_err(anyhow::Error::new)?;
             t.check_target(vocab, checked.vocab())
                 .map_err(|e| anyhow::anyhow!("{e} (target {})", path.display()))?;
+            // Where the target's own tokenizer can be rebuilt, the two must also behave alike.
+            if let Some(Ok(own)) = checked.vocab().map(Tokenizer::from_gguf) {
+                t.check_agrees(&own)
+                    .map_err(|e| anyhow::anyhow!("{e} (target {})", path.display()))?;
+            }
             (Some(t), None)
         }
         None => match checked.vocab().map(Tokenizer::from_gguf) {
@@ -69,7 +79,7 @@ pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<LoadedT
     };
     Ok(LoadedTarget {
         model,
-        tokenizer,
+        tokenizer: tokenizer.map(Arc::new),
         tokenizer_problem,
     })
 }

@@ -89,6 +89,18 @@ pub enum Outcome {
     Interrupted,
 }
 
+/// A command stopped by Ctrl-C or SIGTERM after keeping what it had (exit 130).
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// A command-line usage error (exit 2): a value out of range, options that contradict,
 /// a request the model cannot serve, caught before any work.
 #[derive(Debug)]
@@ -101,6 +113,39 @@ impl std::fmt::Display for Usage {
 }
 
 impl std::error::Error for Usage {}
+
+/// Writes a line of results to stdout; a failed write (a closed pipe, a full disk) is the
+/// caller's error to return.
+pub fn out(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args)?;
+    o.write_all(b"\n")
+}
+
+/// Writes a line of diagnostics to stderr, ignoring a failure (there is nowhere left to
+/// report it; a full or closed stderr must not end the run).
+pub fn diag(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n"));
+}
+
+/// `println!` that returns the write's error instead of panicking.
+#[macro_export]
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::out(format_args!($($t)*))
+    };
+}
+
+/// `eprintln!` that never panics.
+#[macro_export]
+macro_rules! diag {
+    ($($t:tt)*) => {
+        $crate::diag(format_args!($($t)*))
+    };
+}
 
 /// Fails with a usage error.
 #[macro_export]
@@ -171,10 +216,10 @@ fn main() -> ExitCode {
                     Some(dspark_testkit::SynthError::Cancelled)
                 )
             }) {
-                eprintln!("dspark: interrupted; nothing was written");
+                diag!("dspark: interrupted; nothing was written");
                 return ExitCode::from(130);
             }
-            eprintln!("dspark: error: {e:#}");
+            diag!("dspark: error: {e:#}");
             if e.chain().any(|c| c.downcast_ref::<Usage>().is_some()) {
                 ExitCode::from(2)
             } else {

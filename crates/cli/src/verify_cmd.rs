@@ -7,7 +7,7 @@ use clap::Args;
 use dspark_contract::{identify, FileKind};
 use dspark_convert::report::Report;
 use dspark_convert::verify::{
-    check_output_contract, check_report, check_source, written_by_dspark,
+    check_finite, check_output_contract, check_report, check_source, written_by_dspark,
 };
 use dspark_gguf::GgufFile;
 
@@ -33,28 +33,27 @@ pub struct VerifyArgs {
     pub threads: Option<usize>,
 }
 
-fn say(check: &str, findings: &[String]) -> bool {
+fn say(check: &str, findings: &[String]) -> Result<bool> {
     if findings.is_empty() {
-        println!("ok   {check}");
-        true
-    } else {
-        println!("FAIL {check}");
-        for f in findings {
-            println!("     - {f}");
-        }
-        false
+        crate::outln!("ok   {check}")?;
+        return Ok(true);
     }
+    crate::outln!("FAIL {check}")?;
+    for f in findings {
+        crate::outln!("     - {f}")?;
+    }
+    Ok(false)
 }
 
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let bytes = map_input(&a.file)?;
     let file = GgufFile::parse(&bytes).with_context(|| format!("{}", a.file.display()))?;
-    println!(
+    crate::outln!(
         "ok   strict GGUF parse ({} keys, {} tensors, {} bytes)",
         file.kvs().len(),
         file.tensor_infos().len(),
         file.file_size()
-    );
+    )?;
     let types = dspark_quant::matrix_types();
     let findings = |r: Result<(), dspark_contract::ContractError>| {
         r.err().map_or(Vec::new(), |e| {
@@ -65,17 +64,27 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         FileKind::Qwen3 => say(
             "qwen3 target contract (the runtime's target loader)",
             &findings(dspark_contract::qwen3::check(&file, &types).map(|_| ())),
-        ),
-        _ => say(
+        )?,
+        FileKind::DflashDraft => say(
             "dflash-draft runtime contract (the runtime's drafter loader)",
             &findings(dspark_contract::dflash_draft::check(&file, &types).map(|_| ())),
-        ),
+        )?,
+        FileKind::Unknown(arch) => say(
+            "a model file dspark knows (a dflash-draft drafter or a qwen3 target)",
+            &[format!(
+                "key `general.architecture`: is {}, expected one of {:?} or `{}`",
+                arch.map_or("missing".to_string(), |a| format!("`{a}`")),
+                dspark_contract::dflash_draft::ACCEPTED_ARCHS,
+                dspark_contract::qwen3::ARCH
+            )],
+        )?,
     };
+    all_ok &= say("every tensor value finite", &check_finite(&file))?;
     if written_by_dspark(&file) {
         all_ok &= say(
             "dspark output contract (provenance, types, order)",
             &check_output_contract(&file),
-        );
+        )?;
     }
     let report = match &a.report {
         Some(p) => {
@@ -94,7 +103,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             all_ok &= say(
                 &format!("matches report {}", p.display()),
                 &check_report(&file, &bytes, &r),
-            );
+            )?;
             Some(r)
         }
         None => None,
@@ -108,7 +117,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         } else {
             "bit-exact with a fresh conversion of the source"
         };
-        all_ok &= say(what, &findings);
+        all_ok &= say(what, &findings)?;
     }
     Ok(if all_ok {
         Outcome::Ok

@@ -42,7 +42,7 @@ fn convert_then_verify_with_report_and_source() {
     ]);
     assert_ok(&v);
     let text = String::from_utf8_lossy(&v.stdout);
-    assert_eq!(text.matches("ok ").count(), 5, "{text}");
+    assert_eq!(text.matches("ok ").count(), 6, "{text}");
     python_check(&out, Some(&src), Some(&report));
 
     let r: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
@@ -309,7 +309,43 @@ fn q8_0_edge_cases_equal_gguf_py() {
         }
     }
     write_safetensors(&st, &tensors);
-    convert_and_prove(&src, &t.path("edge.gguf"), &[]);
+    // Values beyond what a Q8_0 block's f16 scale holds are refused, naming the tensor…
+    let out = t.path("edge.gguf");
+    let o = dspark(&["convert", s(&src), "-o", s(&out), "-q"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("does not fit Q8_0") && err.contains("--allow-nonfinite"),
+        "{err}"
+    );
+    // …and written with --allow-nonfinite, byte for byte as gguf-py writes them; verify
+    // then holds everything but the infinite scales (which the runtime refuses too).
+    assert_ok(&dspark(&[
+        "convert",
+        s(&src),
+        "-o",
+        s(&out),
+        "-q",
+        "--allow-nonfinite",
+        "--force",
+    ]));
+    let report = t.path("conversion-report.json");
+    prove_but_non_finite(&out, &src, &report);
+    python_check(&out, Some(&src), Some(&report));
+}
+
+/// `verify --report --source` on a file written with `--allow-nonfinite`: every check holds
+/// but the finiteness of the values.
+fn prove_but_non_finite(out: &Path, src: &Path, report: &Path) {
+    let v = dspark(&["verify", s(out), "--report", s(report), "--source", s(src)]);
+    assert_eq!(v.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(text.matches("FAIL").count(), 1, "{text}");
+    assert!(text.contains("FAIL every tensor value finite"), "{text}");
+    assert!(
+        text.contains("ok   bit-exact with a fresh conversion"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -526,14 +562,7 @@ fn allow_extra_and_allow_nonfinite_are_recorded() {
         serde_json::from_slice(&fs::read(t.path("conversion-report.json")).unwrap()).unwrap();
     assert_eq!(r["skipped"], serde_json::json!(["extra.thing"]));
     let report = t.path("conversion-report.json");
-    assert_ok(&dspark(&[
-        "verify",
-        s(&out),
-        "--report",
-        s(&report),
-        "--source",
-        s(&src),
-    ]));
+    prove_but_non_finite(&out, &src, &report);
     python_check(&out, Some(&src), Some(&report));
 }
 

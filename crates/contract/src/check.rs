@@ -157,6 +157,41 @@ impl<'f, 'k> Checker<'f, 'k> {
         Some(v)
     }
 
+    /// Keys llama.cpp honours that change RoPE or attention in ways these models do not
+    /// implement: `rope.dimension_count` other than the head size (partial rotary), a
+    /// `rope.scaling.factor` other than 1 without a scaling type (linear scaling),
+    /// `rope.scale_linear` other than 1, `attention.causal` false. `scaled` is true when
+    /// a scaling type the caller supports is present (its factor is the caller's to check).
+    pub fn unsupported_rope_keys(&mut self, arch: &str, head_dim: u64, scaled: bool) {
+        use crate::names::{key, keys};
+        let k = |s: &str| key(arch, s);
+        if let Some(d) = self.u32(&k(keys::ROPE_DIMENSION_COUNT), false) {
+            if u64::from(d) != head_dim {
+                self.key_finding(
+                    &k(keys::ROPE_DIMENSION_COUNT),
+                    format!("is {d}: partial rotary embeddings (fewer than the {head_dim} dims of a head) are not supported"),
+                );
+            }
+        }
+        let unit = |c: &mut Self, key: String| {
+            if let Some(f) = c.f32(&key, false) {
+                if f != 1.0 {
+                    c.key_finding(
+                        &key,
+                        format!("is {f}: linear RoPE scaling is not supported"),
+                    );
+                }
+            }
+        };
+        if !scaled {
+            unit(self, k(keys::ROPE_SCALING_FACTOR));
+        }
+        unit(self, k(keys::ROPE_SCALE_LINEAR));
+        if let Some(false) = self.bool(&k(keys::CAUSAL)) {
+            self.key_finding(&k(keys::CAUSAL), "is false: these models attend causally");
+        }
+    }
+
     /// A STRING key.
     pub fn string(&mut self, key: &str, required: bool) -> Option<&'f str> {
         match self.get(key) {

@@ -87,6 +87,8 @@ pub struct DraftHparams {
     pub target_vocab: Option<usize>,
     /// The target's depth (`dflash.target_block_count`), when given.
     pub target_layers: Option<usize>,
+    /// Positions the drafter was made for (`context_length`), when given.
+    pub context: Option<usize>,
 }
 
 /// The DSpark Markov head: `bias(prev) = W2 · W1[prev]`, both stored `[R, V]`.
@@ -212,7 +214,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
             );
         }
     }
-    c.u32_in(&k(keys::CONTEXT_LENGTH), bounds::CONTEXT_LENGTH, false);
+    let context = c.u32_in(&k(keys::CONTEXT_LENGTH), bounds::CONTEXT_LENGTH, false);
     let rope_base = c.positive_f32(&k(keys::ROPE_FREQ_BASE), None, f32::MAX);
     let eps = c.positive_f32(
         &k(keys::RMS_EPS),
@@ -220,6 +222,9 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
         bounds::MAX_RMS_EPS,
     );
     let yarn = check_rope_scaling(c, arch);
+    if let Some(hd) = head_dim {
+        c.unsupported_rope_keys(arch, hd, matches!(yarn, Some(Some(_))));
+    }
     let block_size = c.u32_in(&k(keys::DFLASH_BLOCK_SIZE), bounds::BLOCK_SIZE, true);
     let mask = c.u32(&k(keys::DFLASH_MASK_TOKEN_ID), true);
     let target_vocab = c.u32_in(&k(keys::VOCAB_SIZE), bounds::VOCAB, false);
@@ -325,6 +330,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
             yarn,
             target_vocab: target_vocab.map(|v| v as usize),
             target_layers: target_layers.map(|v| v as usize),
+            context: context.map(|v| v as usize),
         },
         fc: fc?,
         hidden_norm: hidden_norm?,
@@ -465,11 +471,27 @@ fn check_markov<'f>(
     target_vocab: Option<u64>,
 ) -> Option<Option<MarkovRefs<'f>>> {
     let k = |s: &str| key(arch, s);
-    let enabled = c.u32(&k(keys::DSPARK_ENABLED), false).unwrap_or(0) != 0;
+    let enabled_key = c.u32(&k(keys::DSPARK_ENABLED), false);
+    let enabled = enabled_key.unwrap_or(0) != 0;
     let rank_key = c.u32_in(&k(keys::DSPARK_MARKOV_RANK), bounds::MARKOV_RANK, false);
     let vocab_key = c.u32_in(&k(keys::DSPARK_VOCAB_SIZE), bounds::VOCAB, false);
     let head_type = c.string(&k(keys::DSPARK_MARKOV_HEAD_TYPE), false);
-    if !(enabled || c.has(tensors::DSPARK_MARKOV_W1) || c.has(tensors::DSPARK_MARKOV_W2)) {
+    let tensors_present = c.has(tensors::DSPARK_MARKOV_W1) || c.has(tensors::DSPARK_MARKOV_W2);
+    match enabled_key {
+        Some(v) if v > 1 => {
+            c.key_finding(&k(keys::DSPARK_ENABLED), format!("is {v}, expected 0 or 1"));
+            return None;
+        }
+        Some(0) if tensors_present => {
+            c.key_finding(
+                &k(keys::DSPARK_ENABLED),
+                "is 0, but the Markov head's tensors are present",
+            );
+            return None;
+        }
+        _ => {}
+    }
+    if !(enabled || tensors_present) {
         return Some(None);
     }
     if let Some(t) = head_type.filter(|t| *t != MARKOV_HEAD_VANILLA) {

@@ -51,7 +51,8 @@ pub use fit::TargetShape;
 pub use layer::LayerRefs;
 pub use qwen3::Qwen3File;
 pub use vocab::{
-    GgufVocab, SpecialTokens, TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+    byte_char, char_byte, GgufVocab, SpecialTokens, TOKEN_TYPES, TOKEN_TYPE_CONTROL,
+    TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
 };
 
 use dspark_gguf::{GgufFile, Value};

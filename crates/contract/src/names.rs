@@ -27,6 +27,12 @@ pub mod keys {
     pub const RMS_EPS: &str = "attention.layer_norm_rms_epsilon";
     /// RoPE base.
     pub const ROPE_FREQ_BASE: &str = "rope.freq_base";
+    /// Dimensions RoPE rotates (llama.cpp: partial rotary when below the head size).
+    pub const ROPE_DIMENSION_COUNT: &str = "rope.dimension_count";
+    /// Linear RoPE scale (llama.cpp's older spelling).
+    pub const ROPE_SCALE_LINEAR: &str = "rope.scale_linear";
+    /// Whether attention is causal (llama.cpp; false makes a model bidirectional).
+    pub const CAUSAL: &str = "attention.causal";
     /// RoPE scaling kind (`none`, `yarn`, …).
     pub const ROPE_SCALING_TYPE: &str = "rope.scaling.type";
     /// RoPE scaling factor.

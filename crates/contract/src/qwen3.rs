@@ -177,6 +177,9 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
             format!("is `{other}`: RoPE scaling of a qwen3 target is not supported"),
         ),
     }
+    if let Some(hd) = head_dim {
+        c.unsupported_rope_keys(ARCH, hd, false);
+    }
     let (hidden, layers, ffn, heads, kv_heads, head_dim, context, eps, rope_base) = (
         hidden?, layers?, ffn?, heads?, kv_heads?, head_dim?, context?, eps?, rope_base?,
     );

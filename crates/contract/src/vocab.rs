@@ -24,12 +24,39 @@ pub struct GgufVocab<'f> {
     pub add_eos: bool,
 }
 
+/// llama.cpp's token types run from 0 (undefined) to 6 (byte).
+pub const TOKEN_TYPES: std::ops::RangeInclusive<i32> = 0..=6;
+/// llama.cpp's token type of ordinary tokens.
+pub const TOKEN_TYPE_NORMAL: i32 = 1;
 /// llama.cpp's token type of padding the converter adds (`gguf.TokenType.UNUSED`).
 pub const TOKEN_TYPE_UNUSED: i32 = 5;
 /// llama.cpp's token type of control tokens (`<|endoftext|>`, …).
 pub const TOKEN_TYPE_CONTROL: i32 = 3;
 /// llama.cpp's token type of user-defined (added) tokens.
 pub const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// GPT-2's byte-level alphabet, which every `gpt2` (byte-level BPE) vocabulary spells its
+/// ordinary tokens in: printable Latin-1 bytes stand for themselves, the others
+/// (controls, space, DEL, NBSP, soft hyphen…) for code points from U+0100 up, in order.
+pub fn byte_char(b: u8) -> char {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).expect("U+0100..U+0143 are characters")
+}
+
+/// The byte a character of GPT-2's alphabet stands for.
+pub fn char_byte(c: char) -> Option<u8> {
+    match c as u32 {
+        33..=126 | 161..=172 | 174..=255 => Some(c as u8),
+        cp @ 256..=323 => (0..=255u8)
+            .filter(|&b| !matches!(b, 33..=126 | 161..=172 | 174..=255))
+            .nth((cp - 256) as usize),
+        _ => None,
+    }
+}
 
 /// The special-token ids a target declares (each inside the vocabulary).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,6 +125,17 @@ pub(crate) fn check_vocab<'f>(
                 format!("has {} entries for {n} tokens", tt.len()),
             );
         }
+        if let Some(i) = tt.iter().position(|t| !TOKEN_TYPES.contains(t)) {
+            c.key_finding(
+                k::TOKEN_TYPE,
+                format!(
+                    "token {i} has type {}, expected {}..={}",
+                    tt[i],
+                    TOKEN_TYPES.start(),
+                    TOKEN_TYPES.end()
+                ),
+            );
+        }
     }
     if let Some(scores) = c.array(k::SCORES, "ARRAY[FLOAT32]", false, |a| match a {
         Array::F32(v) => Some(&v[..]),
@@ -128,6 +166,9 @@ pub(crate) fn check_vocab<'f>(
             ),
         );
     }
+    if let (Some(tokens), "gpt2") = (tokens, model) {
+        check_byte_level(c, tokens, token_type, merges);
+    }
     let vocab = tokens.map(|tokens| GgufVocab {
         model,
         pre,
@@ -138,4 +179,73 @@ pub(crate) fn check_vocab<'f>(
         add_eos,
     });
     (vocab, special)
+}
+
+/// A byte-level BPE (`gpt2`) vocabulary: ordinary tokens spelled in GPT-2's byte
+/// alphabet, one such token for every byte, merges present, and each merge joining two
+/// tokens into a third.
+fn check_byte_level(
+    c: &mut Checker<'_, '_>,
+    tokens: &[String],
+    token_type: Option<&[i32]>,
+    merges: &[String],
+) {
+    let special = |i: usize| {
+        token_type.is_some_and(|tt| {
+            matches!(
+                tt.get(i),
+                Some(&TOKEN_TYPE_CONTROL) | Some(&TOKEN_TYPE_USER_DEFINED)
+            )
+        })
+    };
+    if let Some(i) = tokens.iter().position(String::is_empty) {
+        c.key_finding(k::TOKENS, format!("token {i} is empty"));
+        return;
+    }
+    if let Some(i) = (0..tokens.len())
+        .find(|&i| !special(i) && tokens[i].chars().any(|ch| char_byte(ch).is_none()))
+    {
+        c.key_finding(
+            k::TOKENS,
+            format!(
+                "token {i} ({:?}) is not spelled in the byte-level alphabet of a gpt2 vocabulary",
+                tokens[i]
+            ),
+        );
+        return;
+    }
+    let known: std::collections::BTreeSet<&str> = tokens.iter().map(String::as_str).collect();
+    if let Some(b) = (0..=255u8).find(|&b| !known.contains::<str>(&byte_char(b).to_string())) {
+        c.key_finding(
+            k::TOKENS,
+            format!(
+                "has no token for byte {b:#04x} ({:?}): text containing it cannot be encoded",
+                byte_char(b)
+            ),
+        );
+    }
+    if merges.is_empty() {
+        c.key_finding(
+            k::MERGES,
+            "missing or empty: a gpt2 (byte-level BPE) vocabulary needs its merges",
+        );
+        return;
+    }
+    for (i, m) in merges.iter().enumerate() {
+        let Some((a, b)) = m.split_once(' ') else {
+            continue;
+        };
+        let joined = format!("{a}{b}");
+        let missing = [a, b, joined.as_str()]
+            .into_iter()
+            .find(|t| !known.contains::<str>(t))
+            .map(String::from);
+        if let Some(missing) = missing {
+            c.key_finding(
+                k::MERGES,
+                format!("merge {i} ({m:?}) names {missing:?}, which is not a token"),
+            );
+            return;
+        }
+    }
 }

@@ -79,7 +79,6 @@ pub struct DraftConfig {
     pub enable_confidence_head: Option<Sourced<bool>>,
     pub confidence_head_with_markov: Option<Sourced<bool>>,
     pub sample_from_anchor: Option<Sourced<bool>>,
-    pub attention_bias: bool,
 }
 
 /// Upper bound for any size in a config (2^31): larger values are refused as absurd
@@ -267,6 +266,7 @@ impl DraftConfig {
                 ));
             }
         }
+        Self::check_unsupported(&l)?;
         let markov_head_type = l.string(&[
             "dflash_config.markov_head_type",
             "markov_head_type",
@@ -307,9 +307,6 @@ impl DraftConfig {
             ])?,
             sample_from_anchor: l
                 .boolean(&["dflash_config.sample_from_anchor", "sample_from_anchor"])?,
-            attention_bias: l
-                .boolean(backbone!("attention_bias"))?
-                .is_some_and(|b| b.value),
             hidden_size,
             num_attention_heads,
             num_key_value_heads,
@@ -325,6 +322,66 @@ impl DraftConfig {
             markov_head_type,
         }
         .check_bounds()
+    }
+
+    /// Settings the drafter's forward pass does not implement, refused naming the key:
+    /// an activation other than SiLU, sliding-window or other non-full attention layers,
+    /// attention biases, and unknown attention modes or projectors.
+    fn check_unsupported(l: &Lookup<'_>) -> Result<()> {
+        if let Some(act) = l.string(backbone!("hidden_act"))? {
+            if act.value != "silu" {
+                return Err(l.err(
+                    &act.from,
+                    format!(
+                        "`{}` is not supported (the drafter's FFN is SwiGLU: `silu`)",
+                        act.value
+                    ),
+                ));
+            }
+        }
+        if let Some((v, key)) = l.find(backbone!("layer_types")) {
+            let types = v
+                .as_array()
+                .ok_or_else(|| l.err(&key, format!("expected an array, found {v}")))?;
+            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                return Err(l.err(
+                    &key,
+                    format!("layer type {t} is not supported (every layer attends to the full context: `full_attention`)"),
+                ));
+            }
+        }
+        if let Some(b) = l.boolean(backbone!("attention_bias"))? {
+            if b.value {
+                return Err(l.err(
+                    &b.from,
+                    "attention biases are not supported (dflash-draft has no bias tensors)",
+                ));
+            }
+        }
+        for (keys, known) in [
+            (
+                &["dflash_config.attention_mode", "attention_mode"][..],
+                &["gqa", "mha"][..],
+            ),
+            (
+                &["dflash_config.projector_type", "projector_type"][..],
+                &["dspark"][..],
+            ),
+        ] {
+            if let Some(v) = l.string(keys)? {
+                if !known.contains(&v.value.as_str()) {
+                    return Err(l.err(
+                        &v.from,
+                        format!(
+                            "`{}` is not one this converter knows ({})",
+                            v.value,
+                            known.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn rope_scaling(l: &Lookup<'_>) -> Result<Option<RopeScaling>> {
@@ -421,39 +478,54 @@ impl DraftConfig {
         Ok(Sourced::new(ids, from))
     }
 
-    /// Refuses sizes outside what the `dflash-draft` loader accepts
-    /// (`gguf-and-contract.md` §5.2), before any arithmetic or allocation uses them.
+    /// Refuses sizes outside the `dflash-draft` contract's bounds
+    /// (`dspark_contract::bounds`), before any arithmetic or allocation uses them. The
+    /// planned file is checked against the whole contract later ([`crate::plan::Plan`]).
     fn check_bounds(self) -> Result<DraftConfig> {
-        let bounds: [(&Sourced<u64>, u64); 7] = [
-            (&self.hidden_size, 131_072),
-            (&self.num_hidden_layers, 1024),
-            (&self.num_attention_heads, 1024),
-            (&self.num_key_value_heads, 1024),
-            (&self.head_dim, 1024),
-            (&self.intermediate_size, 524_288),
-            (&self.block_size, 1024),
+        use dspark_contract::bounds as b;
+        let captured = self.target_layer_ids.value.len() as u64;
+        let checks: [(&str, u64, std::ops::RangeInclusive<u64>); 8] = [
+            (
+                &self.hidden_size.from,
+                self.hidden_size.value,
+                b::EMBEDDING_LENGTH,
+            ),
+            (
+                &self.num_hidden_layers.from,
+                self.num_hidden_layers.value,
+                b::BLOCK_COUNT,
+            ),
+            (
+                &self.num_attention_heads.from,
+                self.num_attention_heads.value,
+                b::HEAD_COUNT,
+            ),
+            (
+                &self.num_key_value_heads.from,
+                self.num_key_value_heads.value,
+                b::HEAD_COUNT,
+            ),
+            (&self.head_dim.from, self.head_dim.value, b::HEAD_DIM),
+            (
+                &self.intermediate_size.from,
+                self.intermediate_size.value,
+                b::FEED_FORWARD_LENGTH,
+            ),
+            (&self.block_size.from, self.block_size.value, b::BLOCK_SIZE),
+            (&self.target_layer_ids.from, captured, b::CAPTURED_LAYERS),
         ];
-        for (v, max) in bounds {
-            if v.value == 0 || v.value > max {
+        for (key, v, range) in checks {
+            if !range.contains(&v) {
                 return Err(ConvertError::Config {
                     path: self.path.clone(),
-                    key: v.from.clone(),
+                    key: key.to_string(),
                     msg: format!(
-                        "{} is outside 1..={max}, what dflash-draft runtimes accept",
-                        v.value
+                        "{v} is outside {}..={}, the dflash-draft contract's bound",
+                        range.start(),
+                        range.end()
                     ),
                 });
             }
-        }
-        if self.target_layer_ids.value.len() > 1024 {
-            return Err(ConvertError::Config {
-                path: self.path.clone(),
-                key: self.target_layer_ids.from.clone(),
-                msg: format!(
-                    "{} captured layers, more than 1024",
-                    self.target_layer_ids.value.len()
-                ),
-            });
         }
         Ok(self)
     }
@@ -595,11 +667,34 @@ mod tests {
             let mut v = base();
             v[key] = json!(value);
             assert!(
-                err(&v).contains(&format!("{key}: {value} is outside 1..=")),
+                err(&v).contains(&format!("{key}: {value} is outside ")),
                 "{key}: {}",
                 err(&v)
             );
         }
+        // Settings the drafter does not implement are refused, not ignored.
+        for (key, value, want) in [
+            ("hidden_act", json!("gelu"), "`gelu` is not supported"),
+            (
+                "layer_types",
+                json!(["sliding_attention", "full_attention"]),
+                "layer type \"sliding_attention\"",
+            ),
+            (
+                "attention_bias",
+                json!(true),
+                "attention biases are not supported",
+            ),
+        ] {
+            let mut v = base();
+            v[key] = value;
+            assert!(err(&v).contains(want), "{key}: {}", err(&v));
+        }
+        let mut v = base();
+        v["dflash_config"]["projector_type"] = json!("mlp");
+        assert!(
+            err(&v).contains("dflash_config.projector_type: `mlp` is not one this converter knows")
+        );
         let mut v = base();
         v["dflash_config"]["target_layer_ids"] = json!([]);
         assert!(err(&v).contains("expected a non-empty array"));

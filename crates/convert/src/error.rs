@@ -8,8 +8,8 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ConvertError {
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    /// Reading or writing a file failed (the OS error is the source).
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -52,6 +52,19 @@ pub enum ConvertError {
         /// The value found.
         value: f32,
     },
+    /// A finite source value the output type cannot hold (its Q8_0 block's f16 scale, or
+    /// the F16 value, overflows); allowed only with `--allow-nonfinite`.
+    #[error("tensor `{tensor}`: value {value} at flat index {index} does not fit {ty} (it would become infinite); convert with --outtype bf16 or f32, or pass --allow-nonfinite to write it anyway")]
+    Unrepresentable {
+        /// The source tensor name.
+        tensor: String,
+        /// First offending flat (row-major) index (of its block, for Q8_0).
+        index: u64,
+        /// The largest magnitude there.
+        value: f32,
+        /// The output type.
+        ty: String,
+    },
     /// The output could not be produced.
     #[error("{}: {msg}", path.display())]
     Output {
@@ -60,8 +73,8 @@ pub enum ConvertError {
         /// What is wrong.
         msg: String,
     },
-    /// A GGUF file failed to parse.
-    #[error("{}: {source}", path.display())]
+    /// A GGUF file failed to parse (the parse error is the source).
+    #[error("{}", path.display())]
     Gguf {
         /// The file.
         path: PathBuf,

@@ -218,6 +218,18 @@ pub fn map_source(name: &str) -> Option<Mapped> {
     None
 }
 
+/// The role of a GGUF tensor this converter writes, by its GGUF name.
+pub fn role_of_gguf(name: &str) -> Option<Role> {
+    if let Some((_, t)) = LayerTensor::parse(name) {
+        return LAYER_TENSORS.iter().find(|e| e.1 == t).map(|e| e.2);
+    }
+    HEAD_TENSORS
+        .iter()
+        .chain(TAIL_TENSORS.iter())
+        .find(|e| e.1 == name)
+        .map(|e| e.2)
+}
+
 /// Why a source tensor that does not map is refused, when the contract cannot carry it.
 pub fn unrepresentable(name: &str) -> Option<&'static str> {
     UNREPRESENTABLE

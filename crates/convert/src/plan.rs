@@ -496,25 +496,7 @@ impl Plan {
                 )
             })?;
             let dims: Vec<u64> = shape.iter().rev().copied().collect();
-            let policy = match m.role {
-                Role::Norm | Role::ConfidenceWeight | Role::ConfidenceBias => GgmlType::F32,
-                Role::Projection | Role::Markov | Role::Embedding | Role::LmHead => {
-                    options.outtype.matrix_type()
-                }
-            };
-            let (ty, fallback) = if !dims[0].is_multiple_of(policy.block_size()) {
-                (
-                    GgmlType::F16,
-                    Some(format!(
-                        "row length {} is not a multiple of {}'s block size {}",
-                        dims[0],
-                        policy,
-                        policy.block_size()
-                    )),
-                )
-            } else {
-                (policy, None)
-            };
+            let (ty, fallback) = policy_type(m.role, options.outtype, dims[0]);
             tensors.push(PlannedTensor {
                 name: gguf.clone(),
                 source_name: t.name.clone(),
@@ -571,7 +553,44 @@ impl Plan {
             parameters,
         };
         plan.meta = plan.build_metadata()?;
+        plan.check_contract()?;
         Ok(plan)
+    }
+
+    /// Holds the planned file to the `dflash-draft` contract — the same check `verify`
+    /// and the runtime's loader make — so `convert` never writes a file they refuse. A
+    /// finding about a key is reported against the config key its value came from.
+    fn check_contract(&self) -> Result<()> {
+        let header = self.header(&vec![HASH_PLACEHOLDER.to_string(); self.source_files.len()]);
+        let bytes = header.to_bytes();
+        let file = dspark_gguf::GgufFile::parse_header(&bytes, header.layout().file_size).map_err(
+            |e| ConvertError::Output {
+                path: self.config.path.clone(),
+                msg: format!("the planned header does not parse: {e}"),
+            },
+        )?;
+        let Err(e) = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())
+        else {
+            return Ok(());
+        };
+        let f = &e.findings[0];
+        let more = match e.findings.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let origin = match &f.subject {
+            dspark_contract::Subject::Key(k) => self
+                .meta
+                .iter()
+                .find(|m| m.key == *k)
+                .map(|m| m.from.clone()),
+            _ => None,
+        };
+        Err(ConvertError::Config {
+            path: self.config.path.clone(),
+            key: origin.unwrap_or_else(|| "(the converted file)".to_string()),
+            msg: format!("the dflash-draft contract refuses the result: {f}{more}"),
+        })
     }
 
     fn build_metadata(&self) -> Result<Vec<MetaEntry>> {
@@ -968,6 +987,27 @@ impl Plan {
     /// The default output file name: `<name>-<TYPE>.gguf`.
     pub fn default_file_name(&self) -> String {
         default_file_name(&self.name, self.options.outtype)
+    }
+}
+
+/// The type policy (`output-contract.md` §2): the type a tensor of `role` gets under
+/// `outtype`, and why it falls back to F16 when its rows (`ne0` values) are not whole
+/// blocks of the policy's type.
+pub fn policy_type(role: Role, outtype: OutType, ne0: u64) -> (GgmlType, Option<String>) {
+    let policy = match role {
+        Role::Norm | Role::ConfidenceWeight | Role::ConfidenceBias => GgmlType::F32,
+        Role::Projection | Role::Markov | Role::Embedding | Role::LmHead => outtype.matrix_type(),
+    };
+    if ne0.is_multiple_of(policy.block_size()) {
+        (policy, None)
+    } else {
+        (
+            GgmlType::F16,
+            Some(format!(
+                "row length {ne0} is not a multiple of {policy}'s block size {}",
+                policy.block_size()
+            )),
+        )
     }
 }
 

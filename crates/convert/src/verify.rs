@@ -20,7 +20,7 @@ use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
 use crate::write::{chunks, compute_chunk, hex};
 use dspark_contract::names::general as G;
-use dspark_contract::names::tensors::{self as T, LayerTensor};
+use dspark_contract::names::tensors::LayerTensor;
 
 /// True when the file says dspark wrote it (`provenance.converter` = `dspark …`).
 pub fn written_by_dspark(file: &GgufFile<'_>) -> bool {
@@ -96,12 +96,20 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
                 "general.file_type {ft} is not one this tool writes"
             )),
             Some(o) => {
-                if let Ok(t) = file.tensor(T::DFLASH_FC) {
-                    if t.info.ty != o.matrix_type() && t.info.ty != GgmlType::F16 {
+                // Every tensor has the type the policy gives its role under that file type.
+                for t in file.tensor_infos() {
+                    let Some(role) = crate::names::role_of_gguf(&t.name) else {
+                        continue;
+                    };
+                    let ne0 = t.dims.first().copied().unwrap_or(1);
+                    let (want, _) = crate::plan::policy_type(role, o, ne0);
+                    if t.ty != want {
                         f.push(format!(
-                            "general.file_type says {} but dflash.fc.weight is {}",
+                            "general.file_type says {}, so tensor `{}` ({}) should be {want}, but it is {}",
                             o.file_type_name(),
-                            t.info.ty
+                            t.name,
+                            role.name(),
+                            t.ty
                         ));
                     }
                 }
@@ -133,6 +141,22 @@ fn canonical_rank(gguf: &str) -> (u32, u64, u32) {
         return (2, 0, i as u32);
     }
     (3, 0, 0)
+}
+
+/// Checks that every tensor's values are finite (the runtime's loaders refuse NaN and
+/// infinity): one finding per tensor, naming the first such value. Tensors of types no
+/// kernel reads are left to the contract check.
+pub fn check_finite(file: &GgufFile<'_>) -> Vec<String> {
+    file.tensors()
+        .filter_map(|t| {
+            let f = dspark_quant::format_of(t.info.ty)?;
+            let at = (f.first_non_finite)(t.data)?;
+            Some(format!(
+                "tensor `{}`: value {at} is not finite",
+                t.info.name
+            ))
+        })
+        .collect()
 }
 
 /// Lowercase hex SHA256 of `bytes`.

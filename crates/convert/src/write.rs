@@ -142,6 +142,20 @@ pub(crate) fn compute_chunk(
             .format(t.ty)
             .expect("the plan chooses types of the kernel table");
         (f.quantize)(x, &mut bytes);
+        if !allow_nonfinite {
+            if let Some(i) = (f.first_non_finite)(&bytes) {
+                let block = &x[i..(i + f.block_len()).min(x.len())];
+                let value = block
+                    .iter()
+                    .fold(0.0f32, |m, v| if v.abs() > m.abs() { *v } else { m });
+                return Err(ConvertError::Unrepresentable {
+                    tensor: t.source_name.clone(),
+                    index: c.start + i as u64,
+                    value,
+                    ty: t.ty.name().to_string(),
+                });
+            }
+        }
         let lossy = t.ty != GgmlType::F32;
         if lossy {
             y.resize(x.len(), 0.0);

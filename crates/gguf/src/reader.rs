@@ -202,7 +202,7 @@ pub struct TensorView<'a> {
     pub info: &'a TensorInfo,
     /// Offset of the data relative to the data section.
     pub offset: u64,
-    /// The data bytes (without padding).
+    /// The data bytes (without padding); empty for a header-only file.
     pub data: &'a [u8],
 }
 
@@ -216,6 +216,8 @@ pub struct GgufFile<'a> {
     alignment: u64,
     data_offset: u64,
     bytes: &'a [u8],
+    file_len: u64,
+    header_only: bool,
     /// Tensor name → index, for lookups in O(log n).
     by_name: BTreeMap<String, usize>,
 }
@@ -223,6 +225,27 @@ pub struct GgufFile<'a> {
 impl<'a> GgufFile<'a> {
     /// Parses and validates a whole GGUF file held in memory (or mapped by the caller).
     pub fn parse(bytes: &'a [u8]) -> Result<GgufFile<'a>, GgufError> {
+        GgufFile::parse_impl(bytes, bytes.len() as u64, false)
+    }
+
+    /// Parses and validates the header of a GGUF file of `file_len` bytes from a prefix
+    /// holding at least the header: every check [`GgufFile::parse`] makes but reading the
+    /// data. Tensor views of the result have empty `data` (a writer uses this to hold the
+    /// header it is about to write to the same rules as any file it reads).
+    pub fn parse_header(prefix: &'a [u8], file_len: u64) -> Result<GgufFile<'a>, GgufError> {
+        GgufFile::parse_impl(prefix, file_len, true)
+    }
+
+    /// Whether the tensors' data is absent ([`GgufFile::parse_header`]).
+    pub fn is_header_only(&self) -> bool {
+        self.header_only
+    }
+
+    fn parse_impl(
+        bytes: &'a [u8],
+        file_len: u64,
+        header_only: bool,
+    ) -> Result<GgufFile<'a>, GgufError> {
         let mut c = Cursor { bytes, pos: 0 };
         let magic: [u8; 4] = c.array("magic")?;
         if magic != GGUF_MAGIC {
@@ -349,7 +372,6 @@ impl<'a> GgufFile<'a> {
         // The data section starts at the next multiple of the alignment.
         let header_end = c.pos as u64;
         let data_offset = pad_to(header_end, alignment).unwrap_or(u64::MAX);
-        let file_len = bytes.len() as u64;
         if data_offset > file_len {
             return Err(c.err(Malformed::UnexpectedEof {
                 what: "padding before the data section",
@@ -414,6 +436,8 @@ impl<'a> GgufFile<'a> {
             alignment,
             data_offset,
             bytes,
+            file_len,
+            header_only,
         })
     }
 
@@ -444,7 +468,7 @@ impl<'a> GgufFile<'a> {
 
     /// Size of the whole file.
     pub fn file_size(&self) -> u64 {
-        self.bytes.len() as u64
+        self.file_len
     }
 
     /// The tensor infos, in file order.
@@ -468,12 +492,14 @@ impl<'a> GgufFile<'a> {
     fn view(&self, i: usize) -> TensorView<'_> {
         let info = &self.tensors[i];
         let offset = self.offsets[i];
-        // parse() proved data_offset + offset + n_bytes <= bytes.len().
+        // parse() proved data_offset + offset + n_bytes <= bytes.len() (a header-only file
+        // holds no data).
         let start = (self.data_offset + offset) as usize;
-        TensorView {
-            info,
-            offset,
-            data: &self.bytes[start..start + info.n_bytes() as usize],
-        }
+        let data = if self.header_only {
+            &[]
+        } else {
+            &self.bytes[start..start + info.n_bytes() as usize]
+        };
+        TensorView { info, offset, data }
     }
 }

@@ -55,7 +55,7 @@ const STALE_AFTER: Duration = Duration::from_secs(2);
 #[non_exhaustive]
 pub enum OutputError {
     /// The destination is one of the command's inputs.
-    #[error("{out}: is also an input of this command ({input}); choose another output path")]
+    #[error("{}: is also an input of this command ({}); choose another output path", out.display(), input.display())]
     IsInput {
         /// The output path given.
         out: PathBuf,
@@ -63,19 +63,19 @@ pub enum OutputError {
         input: PathBuf,
     },
     /// The destination exists and replacing it was not asked for.
-    #[error("{0}: already exists (use --force to replace it, or choose another path)")]
+    #[error("{}: already exists (use --force to replace it, or choose another path)", .0.display())]
     Exists(PathBuf),
     /// The destination's folder does not exist.
-    #[error("{0}: the output folder does not exist")]
+    #[error("{}: the output folder does not exist", .0.display())]
     NoFolder(PathBuf),
     /// The destination is not a path to a file.
-    #[error("{0}: not a file path")]
+    #[error("{}: not a file path", .0.display())]
     NotAFilePath(PathBuf),
     /// The destination exists and is not a regular file.
-    #[error("{0}: exists and is not a regular file")]
+    #[error("{}: exists and is not a regular file", .0.display())]
     NotAFile(PathBuf),
     /// Not enough room for the output.
-    #[error("{path}: no space left on device: the output needs {need} bytes{}; nothing was written", free.map_or(String::new(), |f| format!(", {f} are free")))]
+    #[error("{}: no space left on device: the output needs {need} bytes{}; nothing was written", path.display(), free.map_or(String::new(), |f| format!(", {f} are free")))]
     NoSpace {
         /// The destination.
         path: PathBuf,
@@ -84,8 +84,8 @@ pub enum OutputError {
         /// Bytes free, when known.
         free: Option<u64>,
     },
-    /// Any other I/O failure, with what was being done.
-    #[error("{path}: {what}: {source}")]
+    /// Any other I/O failure, with what was being done (the OS error is the source).
+    #[error("{}: {what}", path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,
@@ -299,7 +299,10 @@ pub fn remove_stale_temps(dir: &Path) {
             continue;
         };
         if file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
-            eprintln!(
+            use std::io::Write;
+            // A full or closed stderr must not stop the run: the message is a courtesy.
+            let _ = writeln!(
+                std::io::stderr(),
                 "dspark: removed {}, left by an interrupted run",
                 path.display()
             );

@@ -31,6 +31,13 @@ impl BlockFormat for Bf16 {
             .sum()
     }
 
+    fn first_non_finite(bytes: &[u8]) -> Option<usize> {
+        // bfloat16: all-ones exponent (0x7F80) is infinity or NaN.
+        bytes
+            .chunks_exact(2)
+            .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7F80 == 0x7F80)
+    }
+
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Bf16>();
         #[cfg(target_arch = "x86_64")]

@@ -97,6 +97,9 @@ pub trait BlockFormat: Sized {
     /// Reference dot product of one row with column `c` of `x` (prepared for
     /// [`BlockFormat::ACTIVATION`]).
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32;
+    /// The index of the first value whose encoding is NaN or infinite (for a block format,
+    /// the first value of the first block with a non-finite scale), or `None`.
+    fn first_non_finite(bytes: &[u8]) -> Option<usize>;
     /// The fastest kernels of this format for `cpu` (the references unless overridden).
     fn kernels(cpu: Detected) -> FormatKernels {
         let _ = cpu;
@@ -125,6 +128,8 @@ pub struct FormatKernels {
     pub dequantize_ref: fn(&[u8], &mut [f32]),
     /// The reference dot product.
     pub dot_ref: fn(&[u8], &Columns<'_>, usize) -> f32,
+    /// The first non-finite value of whole blocks, or `None`.
+    pub first_non_finite: fn(&[u8]) -> Option<usize>,
 }
 
 impl FormatKernels {
@@ -139,6 +144,7 @@ impl FormatKernels {
             quantize_ref: F::quantize_ref,
             dequantize_ref: F::dequantize_ref,
             dot_ref: F::dot_ref,
+            first_non_finite: F::first_non_finite,
         }
     }
 

@@ -29,6 +29,12 @@ impl BlockFormat for Fp32 {
             .sum()
     }
 
+    fn first_non_finite(bytes: &[u8]) -> Option<usize> {
+        bytes
+            .chunks_exact(4)
+            .position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite())
+    }
+
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Fp32>();
         #[cfg(target_arch = "x86_64")]

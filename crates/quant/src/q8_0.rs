@@ -116,6 +116,14 @@ impl BlockFormat for Q8_0 {
         acc
     }
 
+    /// Quants are integers: only a block's f16 scale can be NaN or infinite.
+    fn first_non_finite(bytes: &[u8]) -> Option<usize> {
+        bytes
+            .chunks_exact(BLOCK_BYTES)
+            .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7C00 == 0x7C00)
+            .map(|block| block * QK8_0)
+    }
+
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q8_0>();
         #[cfg(target_arch = "x86_64")]

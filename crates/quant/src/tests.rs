@@ -356,6 +356,28 @@ mod formats {
     }
 
     #[test]
+    fn non_finite_values_are_found_in_every_format() {
+        for f in &crate::Kernels::scalar().formats {
+            let n = 4 * f.block_len().max(32);
+            let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.01 - 1.0).collect();
+            let mut q = vec![0u8; f.row_bytes(n)];
+            (f.quantize_ref)(&x, &mut q);
+            assert_eq!((f.first_non_finite)(&q), None, "{}", f.ty);
+            for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                if bad.is_nan() && f.block_len() > 1 {
+                    continue; // ggml's Q8_0 quantizer skips NaN in amax and writes 0 for it
+                }
+                let mut y = x.clone();
+                let at = n / 2 + 1;
+                y[at] = bad;
+                (f.quantize_ref)(&y, &mut q);
+                let want = at / f.block_len() * f.block_len();
+                assert_eq!((f.first_non_finite)(&q), Some(want), "{} {bad}", f.ty);
+            }
+        }
+    }
+
+    #[test]
     fn matrix_sizes_and_types_are_checked() {
         use dspark_gguf::GgmlType;
         assert!(Matrix::new(GgmlType::Q8_0, 2, 33, &[0u8; 68]).is_none());

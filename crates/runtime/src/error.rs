@@ -36,6 +36,10 @@ pub enum RuntimeError {
         /// Bytes this machine has left, when known.
         available: Option<u64>,
     },
+    /// A model computed NaN or infinity (its weights overflow f32), so its output would be
+    /// meaningless.
+    #[error("{0}")]
+    NonFinite(String),
     /// A tokenizer could not be built, or does not fit the target.
     #[error("{0}")]
     Tokenizer(String),

@@ -34,6 +34,18 @@ pub fn argmax(logits: &[f32]) -> u32 {
     ) as u32
 }
 
+/// [`argmax`] of logits that must all be finite: the target's at `position` (a NaN or
+/// infinite logit means its weights overflow, and every token would come out as 0).
+fn pick(logits: &[f32], position: usize) -> Result<u32> {
+    if let Some(j) = logits.iter().position(|x| !x.is_finite()) {
+        return Err(RuntimeError::NonFinite(format!(
+            "the target's logit {j} at position {position} is {}: its weights overflow f32",
+            logits[j]
+        )));
+    }
+    Ok(argmax(logits))
+}
+
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
@@ -247,16 +259,21 @@ impl<'r> Output<'r> {
 
     /// Starts the output with the token the prefill's last logits give, or records that
     /// the prefill was interrupted. Returns when the prompt was done.
-    fn start(&mut self, prefilled: Option<Vec<f32>>, obs: &mut dyn Observer) -> Option<Instant> {
+    fn start(
+        &mut self,
+        prefilled: Option<Vec<f32>>,
+        obs: &mut dyn Observer,
+    ) -> Result<Option<Instant>> {
         match prefilled {
             None => {
                 self.stopped = Some(StopReason::Interrupted);
-                None
+                Ok(None)
             }
             Some(logits) => {
                 let done = Instant::now();
-                obs.tokens(self.push(&[argmax(&logits)]));
-                Some(done)
+                let first = pick(&logits, self.req.prompt.len() - 1)?;
+                obs.tokens(self.push(&[first]));
+                Ok(Some(done))
             }
         }
     }
@@ -347,14 +364,15 @@ pub fn autoregressive(
     };
     let mut out = Output::new(req);
     let prefilled = prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))?;
-    let prompt_done = out.start(prefilled, obs);
+    let prompt_done = out.start(prefilled, obs)?;
     while out.going(obs) {
         let last = *out.tokens.last().expect("a token was generated");
         let t = Instant::now();
+        let position = target.len();
         let f = target.forward(&[last], &[], Logits::Last)?;
         stats.seconds.target += t.elapsed().as_secs_f64();
         target.commit();
-        obs.tokens(out.push(&[argmax(&f.logits)]));
+        obs.tokens(out.push(&[pick(&f.logits, position)?]));
     }
     Ok(out.finish(stats, started, prompt_done))
 }
@@ -397,7 +415,7 @@ pub fn speculative(
             Ok(())
         },
     )?;
-    let prompt_done = out.start(prefilled, obs);
+    let prompt_done = out.start(prefilled, obs)?;
     let vocab = target.shape().vocab;
     while out.going(obs) {
         let anchor = *out.tokens.last().expect("a token was generated");
@@ -414,7 +432,12 @@ pub fn speculative(
         let t = Instant::now();
         let f = target.forward(&verify, &capture, Logits::All)?;
         stats.seconds.target += t.elapsed().as_secs_f64();
-        let targets: Vec<u32> = f.logits.chunks_exact(vocab).map(argmax).collect();
+        let targets = f
+            .logits
+            .chunks_exact(vocab)
+            .enumerate()
+            .map(|(i, row)| pick(row, committed + i))
+            .collect::<Result<Vec<u32>>>()?;
         let m = draft.tokens[..n]
             .iter()
             .zip(&targets)

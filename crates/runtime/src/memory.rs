@@ -5,12 +5,35 @@
 
 use crate::error::{Result, RuntimeError};
 
-/// Bytes this machine can still give (`MemAvailable` of `/proc/meminfo`), when known.
+/// Bytes this process can still get: the machine's `MemAvailable` (`/proc/meminfo`), and
+/// under an address-space limit (`ulimit -v`) what is left of it (`/proc/self/limits`
+/// less `VmSize` of `/proc/self/status`), whichever is smaller; `None` when neither is
+/// known.
 pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    let kib = |path: &str, prefix: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let line = text.lines().find(|l| l.starts_with(prefix))?;
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()?
+            .checked_mul(1024)
+    };
+    let machine = kib("/proc/meminfo", "MemAvailable:");
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("Max address space"))?;
+            line.split_whitespace().nth(3)?.parse::<u64>().ok()
+        });
+    let left = match (limit, kib("/proc/self/status", "VmSize:")) {
+        (Some(l), Some(used)) => Some(l.saturating_sub(used)),
+        _ => None,
+    };
+    match (machine, left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Refuses `bytes` for `what` when it exceeds the memory available.
@@ -28,7 +51,7 @@ pub fn check_fits(bytes: u64, what: &str) -> Result<()> {
 
 /// `n` zeroed f32 values for `what`, or an error with the byte count when `n × 4`
 /// overflows, exceeds the memory available, or the allocation fails.
-pub(crate) fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
+pub fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
     let bytes = (n as u64)
         .checked_mul(4)
         .ok_or_else(|| RuntimeError::Memory {

@@ -15,7 +15,10 @@
 use std::io::Read;
 use std::path::Path;
 
-use dspark_contract::{GgufVocab, TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED};
+pub use dspark_contract::byte_char;
+use dspark_contract::{
+    char_byte, GgufVocab, TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+};
 use serde_json::json;
 
 use crate::error::{Result, RuntimeError};
@@ -28,22 +31,6 @@ pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\
 
 /// Llama 3's pre-tokenizer split pattern (llama.cpp pre `llama-bpe`).
 pub const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the others
-/// (controls, space, DEL, NBSP, soft hyphen…) for code points from U+0100 up, in order.
-pub fn byte_char(b: u8) -> char {
-    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
-    if printable(b) {
-        return char::from(b);
-    }
-    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(256 + rank).expect("U+0100..U+0143 are characters")
-}
-
-/// The byte a character of GPT-2's alphabet stands for.
-fn char_byte(c: char) -> Option<u8> {
-    (0..=255u8).find(|&b| byte_char(b) == c)
-}
 
 /// The pre-tokenizer and decoder of a byte-level BPE tokenizer for llama.cpp pre-tokenizer
 /// `pre`, and whether merges are ignored; `None` when unsupported.
@@ -179,8 +166,12 @@ impl Tokenizer {
     pub fn check_target(&self, vocab: usize, gguf: Option<&GgufVocab<'_>>) -> Result<()> {
         let n = self.vocab_size();
         let err = |msg: String| Err(RuntimeError::Tokenizer(format!("{}: {msg}", self.source)));
-        if n > vocab {
-            return err(format!("knows {n} tokens, but the target's vocabulary has {vocab}: its ids would be outside it"));
+        if let Some(max) = self.inner.get_vocab(true).values().copied().max() {
+            if max as usize >= vocab {
+                return err(format!(
+                    "has token id {max}, outside the target's vocabulary of {vocab}"
+                ));
+            }
         }
         let unused = |i: usize| {
             gguf.and_then(|g| g.token_type)
@@ -202,6 +193,35 @@ impl Tokenizer {
                         ));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that this tokenizer encodes and decodes like `other` (the target's own): the
+    /// same ids for probe texts (spaces, tabs, newlines, capitals, digits, punctuation,
+    /// accents, CJK, emoji) and the same text back from them.
+    pub fn check_agrees(&self, other: &Tokenizer) -> Result<()> {
+        const PROBES: [&str; 4] = [
+            "Hello, World! The quick brown fox jumps over 1234567 lazy dogs.",
+            "def f(x):\n\treturn x  +  1  # ok?\r\n\n  trailing   ",
+            "Äpfel café naïve ĦĲ — «quotes» 'single' \"double\"",
+            "中文 日本語 한국어 😀 \u{1F680}\u{0}",
+        ];
+        for text in PROBES {
+            let (a, b) = (self.encode(text)?, other.encode(text)?);
+            if a != b {
+                return Err(RuntimeError::Tokenizer(format!(
+                    "{} encodes {text:?} as {a:?}, but {} as {b:?}: the two tokenizers disagree",
+                    self.source, other.source
+                )));
+            }
+            let (x, y) = (self.decode(&a)?, other.decode(&a)?);
+            if x != y {
+                return Err(RuntimeError::Tokenizer(format!(
+                    "{} decodes {a:?} as {x:?}, but {} as {y:?}: the two tokenizers disagree",
+                    self.source, other.source
+                )));
             }
         }
         Ok(())

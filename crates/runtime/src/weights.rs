@@ -38,12 +38,13 @@ impl WeightRef {
                 "was checked in another file than the one being loaded",
             ));
         };
-        if Matrix::new(t.ty, t.rows, t.cols, t.data).is_none() {
+        let Some(m) = Matrix::new(t.ty, t.rows, t.cols, t.data) else {
             return Err(RuntimeError::tensor(
                 t.name,
                 format!("type {} has no kernel", t.ty),
             ));
-        }
+        };
+        check_finite(t.name, &m)?;
         Ok(WeightRef {
             ty: t.ty,
             rows: t.rows,
@@ -71,7 +72,37 @@ impl WeightRef {
     }
 }
 
-/// The values of a checked F32 vector (norm weights, the confidence head).
-pub(crate) fn vector(t: &TensorRef<'_>) -> Vec<f32> {
-    t.f32_values()
+/// Refuses a matrix holding NaN or infinity, naming the tensor and the first such value
+/// (a model that computes with them only ever produces token 0).
+fn check_finite(name: &str, m: &Matrix<'_>) -> Result<()> {
+    use rayon::prelude::*;
+    let f = m.format();
+    let rows_per_chunk = (1 << 20) / m.row_bytes().max(1) + 1;
+    let first = m
+        .data
+        .par_chunks(rows_per_chunk * m.row_bytes())
+        .enumerate()
+        .find_map_first(|(i, chunk)| {
+            (f.first_non_finite)(chunk).map(|j| i * rows_per_chunk * m.cols + j)
+        });
+    match first {
+        Some(at) => Err(RuntimeError::tensor(
+            name,
+            format!("value {at} is not finite"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The values of a checked F32 vector (norm weights, the confidence head), refused when
+/// one is not finite.
+pub(crate) fn vector(t: &TensorRef<'_>) -> Result<Vec<f32>> {
+    let v = t.f32_values();
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(RuntimeError::tensor(
+            t.name,
+            format!("value {i} is not finite"),
+        )),
+        None => Ok(v),
+    }
 }

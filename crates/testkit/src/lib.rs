@@ -42,8 +42,8 @@ pub mod target;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SynthError {
-    /// A file or folder could not be written.
-    #[error("{path}: {source}")]
+    /// A file or folder could not be written (the OS error is the source).
+    #[error("{}", path.display())]
     Io {
         /// The path.
         path: PathBuf,

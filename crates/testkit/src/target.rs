@@ -96,7 +96,7 @@ impl Qwen3Geometry {
     }
 
     /// A micro target for mutation tests and fuzz seeds: three layers of 32, 2/1 heads of
-    /// 16, a 259-token vocabulary (the smallest the synthetic vocabulary takes), context 64.
+    /// 16, a 320-token vocabulary (256 bytes, 61 merges, 3 control tokens), context 64.
     pub fn micro() -> Qwen3Geometry {
         Qwen3Geometry {
             hidden: 32,
@@ -105,7 +105,7 @@ impl Qwen3Geometry {
             kv_heads: 1,
             head_dim: 16,
             ffn: 32,
-            vocab: 259,
+            vocab: 320,
             context: 64,
             untied_output: false,
         }

@@ -296,6 +296,19 @@ fn crafted_targets_are_refused_naming_the_key_or_tensor() {
             },
             "tensor `output.weight`: has ne [64, 500], expected [64, 512]",
         ),
+        // Found by the hostile sweep of 2026-12-01: keys llama.cpp honours that change
+        // the model, values the weights hold, and loose tokenizer keys.
+        ("partial rotary", p().set(&q("rope.dimension_count"), Value::U32(8)).bytes(), "key `qwen3.rope.dimension_count`: is 8: partial rotary"),
+        ("linear scaling factor", p().set(&q("rope.scaling.factor"), Value::F32(4.0)).bytes(), "key `qwen3.rope.scaling.factor`: is 4: linear RoPE scaling"),
+        ("scale_linear", p().set(&q("rope.scale_linear"), Value::F32(2.0)).bytes(), "key `qwen3.rope.scale_linear`: is 2"),
+        ("not causal", p().set(&q("attention.causal"), Value::Bool(false)).bytes(), "key `qwen3.attention.causal`: is false"),
+        ("NaN norm", { let (i, mut d) = f32_tensor("output_norm.weight", vec![64]); d[..4].copy_from_slice(&f32::NAN.to_le_bytes()); p().replace_tensor("output_norm.weight", i, d).bytes() }, "tensor `output_norm.weight`: value 0 is not finite"),
+        ("Q8_0 scale NaN", { let mut parts = p(); let e = parts.tensors.iter_mut().find(|t| t.0.name == "blk.1.attn_q.weight").unwrap(); e.1[34 * 5..34 * 5 + 2].copy_from_slice(&0x7e00u16.to_le_bytes()); parts.bytes() }, "tensor `blk.1.attn_q.weight`: value 160 is not finite"),
+        ("token type 99", { let mut tt = vec![1i32; 512]; tt[7] = 99; p().set("tokenizer.ggml.token_type", Value::Array(dspark_gguf::Array::I32(tt))).bytes() }, "key `tokenizer.ggml.token_type`: token 7 has type 99"),
+        ("empty token", { let mut parts = p(); if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts.kvs.iter_mut().find(|(k, _)| k == "tokenizer.ggml.tokens") { v[300] = String::new(); } parts.bytes() }, "key `tokenizer.ggml.tokens`: token 300 is empty"),
+        ("token outside the byte alphabet", { let mut parts = p(); if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts.kvs.iter_mut().find(|(k, _)| k == "tokenizer.ggml.tokens") { v[300] = "\n\t".into(); } parts.bytes() }, "key `tokenizer.ggml.tokens`: token 300 (\"\\n\\t\") is not spelled in the byte-level alphabet"),
+        ("merges missing", p().remove("tokenizer.ggml.merges").bytes(), "key `tokenizer.ggml.merges`: missing or empty"),
+        ("merge of unknown tokens", p().set("tokenizer.ggml.merges", Value::Array(dspark_gguf::Array::String(vec!["Z Z".into()]))).bytes(), "key `tokenizer.ggml.merges`: merge 0 (\"Z Z\") names \"ZZ\", which is not a token"),
     ];
     let file = t.path("bad.gguf");
     for (what, bytes, want) in &cases {
@@ -382,6 +395,10 @@ fn crafted_drafters_are_refused_naming_the_key_or_tensor() {
         ("layer tensor beyond block_count", { let (i, d) = f32_tensor("blk.1.attn_norm.weight", vec![64]); p().add_tensor(i, d).bytes() }, "tensor `blk.1.attn_norm.weight`: layer 1 is beyond the file's block_count"),
         ("fc wrong width", p().set(&k("dflash.target_layer_ids"), ids(vec![1, 2, 3])).set(&k("dflash.n_target_layers"), Value::U32(3)).remove(&k("dflash.n_target_features")).bytes(), "tensor `dflash.fc.weight`: has ne [128, 64], expected [192, 64]"),
         ("target vocabulary", p().set(&k("vocab_size"), Value::U32(600)).bytes(), "key `dflash-draft.vocab_size`: is 600, but the Markov head covers 512 tokens"),
+        ("heads present, DSpark disabled", p().set(&k("dflash.dspark.enabled"), Value::U32(0)).bytes(), "key `dflash-draft.dflash.dspark.enabled`: is 0, but the Markov head's tensors are present"),
+        ("DSpark enabled 2", p().set(&k("dflash.dspark.enabled"), Value::U32(2)).bytes(), "key `dflash-draft.dflash.dspark.enabled`: is 2, expected 0 or 1"),
+        ("drafter partial rotary", p().set(&k("rope.dimension_count"), Value::U32(8)).bytes(), "key `dflash-draft.rope.dimension_count`: is 8"),
+        ("NaN Markov head", { let mut parts = p(); let e = parts.tensors.iter_mut().find(|t| t.0.name == "dflash.dspark.markov.w2").unwrap(); e.1[0..2].copy_from_slice(&0x7c00u16.to_le_bytes()); parts.bytes() }, "tensor `dflash.dspark.markov.w2`: value 0 is not finite"),
     ];
     // Sound files that do not fit this target: verify (which sees one file) accepts them.
     let fit_only: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -564,6 +581,10 @@ fn out_of_range_values_are_usage_errors() {
         ),
         (
             vec!["bench", "-m", ts, "--context", "1000000000"],
+            "--context",
+        ),
+        (
+            vec!["bench", "-m", ts, "--context", "5000"],
             "exceed the target's context of 4096",
         ),
         (vec!["bench", "-m", ts, "--verify", "100000"], "--verify"),
@@ -652,7 +673,11 @@ fn a_huge_context_length_costs_nothing_until_used() {
         "-n",
         "4000000000",
     ]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        code,
+        Some(2),
+        "a request beyond the machine is a usage error: {err}"
+    );
     // 4 layers × (keys + values) × 32 values × 4 bytes per position, 4·10^9 + 1 positions.
     assert!(
         err.contains("KV cache for 4000000001 positions needs 4096000001024 bytes of memory"),
@@ -893,4 +918,293 @@ fn generate_streams_and_stops_on_a_signal() {
             "{sig}: the tokens so far are the greedy output's"
         );
     }
+}
+
+/// What the hostile sweep of 2026-12-01 found, each now refused or survived: a 70,000-byte
+/// key, a 64-million-element array (text and `--json`, in 4 GiB), non-finite metadata in
+/// JSON, a full stderr, Ctrl-C while the prompt is read from a pipe that stays open, and
+/// `bench` interrupted mid-measurement.
+#[test]
+fn issue_8_sweep_crashes_and_hangs() {
+    let t = Tmp::new();
+    let (target, draft, tb, _) = pair(&t.path("pair"));
+    let long_key = t.path("long-key.gguf");
+    fs::write(
+        &long_key,
+        Parts::of(&tb)
+            .set(&"k".repeat(70_000), Value::U32(1))
+            .bytes(),
+    )
+    .unwrap();
+    let (code, out, err) = limited(&["inspect", s(&long_key)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.len() < 400_000,
+        "every line padded to the longest key: {} bytes",
+        out.len()
+    );
+    // 64 M elements: formatting each would take 4.6 GB; the text view formats eight.
+    let big = t.path("big-array.gguf");
+    let huge = Value::Array(dspark_gguf::Array::U8(vec![7u8; 64 << 20]));
+    fs::write(&big, Parts::of(&tb).set("x.huge", huge).bytes()).unwrap();
+    let (code, out, err) = limited(&["inspect", s(&big)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("[7, 7, 7, 7, 7, 7, 7, 7, … (67108864 items)]"),
+        "{}",
+        &out[..out.len().min(3000)]
+    );
+    // --json streams every element (4 M here: a 40 MB document) without building it.
+    let mid = t.path("mid-array.gguf");
+    let many = Value::Array(dspark_gguf::Array::U8(vec![7u8; 4 << 20]));
+    let nan = Value::Array(dspark_gguf::Array::F32(vec![
+        f32::NAN,
+        f32::INFINITY,
+        -f32::INFINITY,
+        1.5,
+    ]));
+    fs::write(
+        &mid,
+        Parts::of(&tb).set("x.huge", many).set("x.nan", nan).bytes(),
+    )
+    .unwrap();
+    let (code, out, err) = limited(&["inspect", s(&mid), "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let meta = v["metadata"].as_array().unwrap();
+    let value = |k: &str| meta.iter().find(|m| m["key"] == k).unwrap()["value"].clone();
+    assert_eq!(value("x.huge").as_array().unwrap().len(), 4 << 20);
+    assert_eq!(
+        value("x.nan"),
+        serde_json::json!(["NaN", "inf", "-inf", 1.5])
+    );
+    // A full stderr does not end a run.
+    let bin = env!("CARGO_BIN_EXE_dspark");
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{bin} generate -m '{}' --prompt-tokens 1,2 -n 3 --json 2>/dev/full",
+            s(&target)
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Ctrl-C while the prompt pipe stays open: exit 130 at once.
+    let mut child = Command::new(bin)
+        .args(["generate", "-m", s(&target), "-f", "-", "-n", "3"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held_open = child.stdin.take();
+    std::thread::sleep(Duration::from_millis(700));
+    let sent = Instant::now();
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    drop(held_open);
+    assert!(sent.elapsed() < Duration::from_secs(1));
+    assert_eq!(status.code(), Some(130));
+    // bench: the first Ctrl-C stops it, printing what was measured.
+    let child = Command::new(bin)
+        .args([
+            "bench",
+            "-m",
+            s(&target),
+            "-md",
+            s(&draft),
+            "--runs",
+            "100000",
+            "--json",
+            "-t",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["interrupted"], true);
+}
+
+/// What the hostile sweep found accepted: `synth` over an earlier one, `convert` writing
+/// files its own `verify` refuses, a `--tokenizer` that encodes otherwise than the
+/// target's own, a drafter made for a shorter context, a file whose tensor types
+/// contradict its `general.file_type`.
+#[test]
+fn issue_8_sweep_silent_acceptances() {
+    let t = Tmp::new();
+    let (target, draft, _, db) = pair(&t.path("pair"));
+    // synth never replaces an earlier one without --force.
+    let ck = t.path("ckpt");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "tiny",
+        "--out",
+        s(&ck),
+        "-q",
+    ]));
+    let before = fs::read(ck.join("model.safetensors")).unwrap();
+    let (code, _, err) = limited(&[
+        "synth",
+        "--geometry",
+        "tiny",
+        "--out",
+        s(&ck),
+        "--seed",
+        "9",
+        "-q",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("already exists"), "{err}");
+    assert!(fs::read(ck.join("model.safetensors")).unwrap() == before);
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "tiny",
+        "--out",
+        s(&ck),
+        "--seed",
+        "9",
+        "-q",
+        "--force",
+    ]));
+    assert!(fs::read(ck.join("model.safetensors")).unwrap() != before);
+    // convert refuses configs whose result the contract refuses, naming the config key.
+    for (edit, want) in [
+        (
+            serde_json::json!({"rms_norm_eps": 0.0}),
+            "rms_norm_eps: the dflash-draft contract refuses the result",
+        ),
+        (serde_json::json!({"rms_norm_eps": 3.0}), "rms_norm_eps"),
+        (
+            serde_json::json!({"rope_parameters": {"rope_type": "default", "rope_theta": 1e300}}),
+            "rope_parameters.rope_theta",
+        ),
+        (
+            serde_json::json!({"hidden_act": "gelu"}),
+            "hidden_act: `gelu` is not supported",
+        ),
+        (
+            serde_json::json!({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}),
+            "rope.scaling.type`: is `linear`",
+        ),
+    ] {
+        let src = t.path("edit");
+        let _ = fs::remove_dir_all(&src);
+        assert_ok(&dspark(&[
+            "synth",
+            "--geometry",
+            "tiny",
+            "--out",
+            s(&src),
+            "-q",
+        ]));
+        let cfg_path = src.join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
+        for (k, v) in edit.as_object().unwrap() {
+            cfg[k] = v.clone();
+        }
+        fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let out = t.path("edit.gguf");
+        let (code, _, err) = limited(&["convert", s(&src), "-o", s(&out), "-q", "--force"]);
+        assert_eq!(code, Some(1), "{edit}: {err}");
+        assert!(err.contains(want), "{edit}: expected `{want}` in {err}");
+        assert!(!out.exists());
+    }
+    let src = t.path("edit");
+    let cfg_path = src.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["dflash_config"]
+        .as_object_mut()
+        .unwrap()
+        .remove("mask_token_id");
+    cfg["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": 10000.0});
+    fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let (code, _, err) = limited(&["convert", s(&src), "-o", s(&t.path("m.gguf")), "-q"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("dflash.mask_token_id`: missing"), "{err}");
+    // A tokenizer.json with the same vocabulary but another normalizer is refused.
+    let tok = t.path("pair").join("tokenizer.json");
+    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&tok).unwrap()).unwrap();
+    j["normalizer"] = serde_json::json!({"type": "Lowercase"});
+    let lower = t.path("lower.json");
+    fs::write(&lower, serde_json::to_vec(&j).unwrap()).unwrap();
+    let (code, _, err) = limited(&[
+        "generate",
+        "-m",
+        s(&target),
+        "--tokenizer",
+        s(&lower),
+        "-p",
+        "Hi",
+        "-n",
+        "1",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("the two tokenizers disagree"), "{err}");
+    // A drafter made for a context of 8 positions: requests beyond it are refused.
+    let short = t.path("short-draft.gguf");
+    fs::write(
+        &short,
+        Parts::of(&db)
+            .set("dflash-draft.context_length", Value::U32(8))
+            .bytes(),
+    )
+    .unwrap();
+    let (code, _, err) = limited(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-md",
+        s(&short),
+        "--prompt-tokens",
+        "1,2,3",
+        "-n",
+        "20",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("beyond the context of 8 tokens"), "{err}");
+    // verify holds every tensor of a dspark file to the type its file type gives it.
+    let mut parts = Parts::of(&db);
+    let e = parts
+        .tensors
+        .iter_mut()
+        .find(|t| t.0.name == "dflash.dspark.markov.w1")
+        .unwrap();
+    let n: u64 = e.0.dims.iter().product();
+    e.0.ty = GgmlType::F32;
+    e.1 = vec![0u8; n as usize * 4];
+    let relabelled = t.path("relabelled.gguf");
+    fs::write(&relabelled, parts.bytes()).unwrap();
+    let (code, out, _) = limited(&["verify", s(&relabelled)]);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains("tensor `dflash.dspark.markov.w1` (markov) should be Q8_0, but it is F32"),
+        "{out}"
+    );
+    let _ = draft;
 }

@@ -103,10 +103,13 @@ impl Drafter {
             }),
             None => None,
         };
-        let confidence = file.confidence().map(|c| Confidence {
-            weight: vector(&c.weight),
-            bias: vector(&c.bias)[0],
-        });
+        let confidence = match file.confidence() {
+            Some(c) => Some(Confidence {
+                weight: vector(&c.weight)?,
+                bias: vector(&c.bias)?[0],
+            }),
+            None => None,
+        };
         let own = |t: Option<&dspark_contract::TensorRef<'_>>| {
             t.map(|t| WeightRef::locate(b, t)).transpose()
         };
@@ -119,8 +122,8 @@ impl Drafter {
         });
         Ok(Drafter {
             fc: WeightRef::locate(b, file.fc())?,
-            hidden_norm: vector(file.hidden_norm()),
-            output_norm: vector(file.output_norm()),
+            hidden_norm: vector(file.hidden_norm())?,
+            output_norm: vector(file.output_norm())?,
             token_embd: own(file.token_embd())?,
             output: own(file.output())?,
             rope: Rope::new(hparams.head_dim, f64::from(hparams.rope_base), yarn),

@@ -60,7 +60,7 @@ impl Qwen3 {
             .collect::<Result<Vec<_>>>()?;
         Ok(Qwen3 {
             rope: Rope::new(hparams.head_dim, f64::from(hparams.rope_base), None),
-            output_norm: vector(file.output_norm()),
+            output_norm: vector(file.output_norm())?,
             special: file.special_tokens(),
             bytes,
             hparams,

@@ -39,14 +39,14 @@ impl DecoderLayer {
     pub fn load(bytes: &[u8], t: &LayerRefs<'_>) -> Result<DecoderLayer> {
         let m = |r| WeightRef::locate(bytes, r);
         Ok(DecoderLayer {
-            attn_norm: vector(&t.attn_norm),
+            attn_norm: vector(&t.attn_norm)?,
             q: m(&t.attn_q)?,
             k: m(&t.attn_k)?,
             v: m(&t.attn_v)?,
             o: m(&t.attn_output)?,
-            q_norm: vector(&t.attn_q_norm),
-            k_norm: vector(&t.attn_k_norm),
-            ffn_norm: vector(&t.ffn_norm),
+            q_norm: vector(&t.attn_q_norm)?,
+            k_norm: vector(&t.attn_k_norm)?,
+            ffn_norm: vector(&t.ffn_norm)?,
             gate: m(&t.ffn_gate)?,
             up: m(&t.ffn_up)?,
             down: m(&t.ffn_down)?,
