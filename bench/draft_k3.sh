@@ -18,7 +18,7 @@ mkdir -p "$WORK"
 SRC="$WORK/kimi-k3-dspark"
 [ -f "$SRC/model.safetensors" ] || "$DSPARK" synth --geometry kimi-k3-dspark --out "$SRC" -q
 GGUF="$WORK/kimi-k3-dspark-Q8_0.gguf"
-[ -f "$GGUF" ] || "$DSPARK" convert "$SRC" -o "$GGUF" -q
+[ -f "$GGUF" ] || "$DSPARK" convert "$SRC" -o "$GGUF" --report "$WORK/kimi-k3-dspark-Q8_0.report.json" -q
 cat "$GGUF" > /dev/null
 for r in $(seq "$ROUNDS"); do
   "$DSPARK" bench --draft "$GGUF" --threads "$THREADS" --runs "$RUNS" --json > "$WORK/draft_k3.$r.json"

@@ -214,7 +214,7 @@ fn check_byte_level(
         );
         return;
     }
-    let known: std::collections::BTreeSet<&str> = tokens.iter().map(String::as_str).collect();
+    let known: std::collections::HashSet<&str> = tokens.iter().map(String::as_str).collect();
     if let Some(b) = (0..=255u8).find(|&b| !known.contains::<str>(&byte_char(b).to_string())) {
         c.key_finding(
             k::TOKENS,

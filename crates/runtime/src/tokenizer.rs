@@ -52,52 +52,142 @@ fn byte_level_parts(pre: &str) -> Option<(serde_json::Value, bool)> {
     }
 }
 
-/// A `tokenizer.json` document for a byte-level BPE vocabulary: `tokens` by id, `special`
-/// telling which ids are added tokens (control, user-defined), `merges` in priority order.
+/// The ids of `tokens` that are added tokens, and the vocabulary of the others, for
+/// [`byte_level_tokenizer_json`]: serialized as the BPE model's `vocab` map without
+/// building it.
+struct Vocab<'a> {
+    tokens: &'a [String],
+    special: &'a [bool],
+}
+
+impl serde::Serialize for Vocab<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (i, t) in self.tokens.iter().enumerate() {
+            if !self.special[i] {
+                m.serialize_entry(t, &i)?;
+            }
+        }
+        m.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Added<'a> {
+    id: usize,
+    content: &'a str,
+    single_word: bool,
+    lstrip: bool,
+    rstrip: bool,
+    normalized: bool,
+    special: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Bpe<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    dropout: Option<f32>,
+    unk_token: Option<&'a str>,
+    continuing_subword_prefix: Option<&'a str>,
+    end_of_word_suffix: Option<&'a str>,
+    fuse_unk: bool,
+    byte_fallback: bool,
+    ignore_merges: bool,
+    vocab: Vocab<'a>,
+    merges: &'a [String],
+}
+
+#[derive(serde::Serialize)]
+struct Document<'a> {
+    version: &'static str,
+    truncation: Option<()>,
+    padding: Option<()>,
+    added_tokens: Vec<Added<'a>>,
+    normalizer: Option<()>,
+    pre_tokenizer: serde_json::Value,
+    post_processor: Option<()>,
+    decoder: serde_json::Value,
+    model: Bpe<'a>,
+}
+
+/// A `tokenizer.json` document (its bytes) for a byte-level BPE vocabulary: `tokens` by
+/// id, `special` telling which ids are added tokens (control, user-defined), `merges` in
+/// priority order, `pre` the llama.cpp pre-tokenizer.
 pub fn byte_level_tokenizer_json(
     tokens: &[String],
     special: &dyn Fn(usize) -> bool,
     merges: &[String],
     pre: &str,
-) -> Result<serde_json::Value> {
+) -> Result<Vec<u8>> {
     let Some((pre_tokenizer, ignore_merges)) = byte_level_parts(pre) else {
         return Err(RuntimeError::Tokenizer(format!(
             "pre-tokenizer `{pre}` is not supported (qwen2, gpt-2, llama-bpe are); give --tokenizer tokenizer.json"
         )));
     };
-    let mut vocab = serde_json::Map::new();
-    let mut added = Vec::new();
-    for (i, t) in tokens.iter().enumerate() {
-        if special(i) {
-            added.push(
-                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                              "rstrip": false, "normalized": false, "special": true}),
-            );
-        } else if let Some(first) = vocab.insert(t.clone(), json!(i)) {
+    let flags: Vec<bool> = (0..tokens.len()).map(special).collect();
+    let mut seen = std::collections::HashMap::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate().filter(|&(i, _)| !flags[i]) {
+        if let Some(first) = seen.insert(t.as_str(), i) {
             return Err(RuntimeError::Tokenizer(format!(
                 "token {t:?} appears twice, as ids {first} and {i}"
             )));
         }
     }
-    let decoder = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
-    Ok(json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": null,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": null,
-        "decoder": decoder,
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                  "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges},
-    }))
+    let doc = Document {
+        version: "1.0",
+        truncation: None,
+        padding: None,
+        added_tokens: (0..tokens.len())
+            .filter(|&i| flags[i])
+            .map(|i| Added {
+                id: i,
+                content: &tokens[i],
+                single_word: false,
+                lstrip: false,
+                rstrip: false,
+                normalized: false,
+                special: true,
+            })
+            .collect(),
+        normalizer: None,
+        pre_tokenizer,
+        post_processor: None,
+        decoder: json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}),
+        model: Bpe {
+            ty: "BPE",
+            dropout: None,
+            unk_token: None,
+            continuing_subword_prefix: None,
+            end_of_word_suffix: None,
+            fuse_unk: false,
+            byte_fallback: false,
+            ignore_merges,
+            vocab: Vocab {
+                tokens,
+                special: &flags,
+            },
+            merges,
+        },
+    };
+    Ok(serde_json::to_vec(&doc).expect("a tokenizer document serializes"))
+}
+
+/// What a tokenizer rebuilt from a GGUF is made of, kept to build the Hugging Face
+/// tokenizer the first time text is encoded (decoding needs only the pieces).
+struct Recipe {
+    tokens: Vec<String>,
+    special: Vec<bool>,
+    merges: Vec<String>,
+    pre: String,
 }
 
 /// A tokenizer, with where it came from for messages.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    /// The Hugging Face tokenizer; built on first use for one rebuilt from a GGUF.
+    inner: std::sync::OnceLock<std::result::Result<tokenizers::Tokenizer, String>>,
+    recipe: Option<Recipe>,
     source: String,
     /// Every id's bytes, for byte-level tokenizers.
     pieces: Option<Vec<Vec<u8>>>,
@@ -115,22 +205,21 @@ impl Tokenizer {
         let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
             RuntimeError::Tokenizer(format!("{source}: not a Hugging Face tokenizer.json: {e}"))
         })?;
-        let byte_level = matches!(
-            inner.get_decoder(),
-            Some(tokenizers::DecoderWrapper::ByteLevel(_))
-        );
-        let mut t = Tokenizer {
-            inner,
+        let pieces = byte_pieces(&inner);
+        let cell = std::sync::OnceLock::new();
+        let _ = cell.set(Ok(inner));
+        Ok(Tokenizer {
+            inner: cell,
+            recipe: None,
             source: source.to_string(),
-            pieces: None,
-        };
-        if byte_level {
-            t.pieces = Some(t.byte_pieces());
-        }
-        Ok(t)
+            pieces,
+        })
     }
 
-    /// The tokenizer a target GGUF carries (`tokenizer.ggml.*`, checked by the contract).
+    /// The tokenizer a target GGUF carries (`tokenizer.ggml.*`, checked by the contract:
+    /// a `gpt2` vocabulary is spelled in the byte alphabet, with merges). Its pieces are
+    /// read from the tokens directly; the Hugging Face tokenizer, which only encoding
+    /// needs, is built the first time text is encoded.
     pub fn from_gguf(v: &GgufVocab<'_>) -> Result<Tokenizer> {
         let source = "the target's tokenizer.ggml keys";
         if v.model != "gpt2" {
@@ -143,11 +232,52 @@ impl Tokenizer {
             v.token_type
                 .is_some_and(|tt| matches!(tt[i], TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
         };
-        let doc =
-            byte_level_tokenizer_json(v.tokens, &special, v.merges, v.pre.unwrap_or("default"))
-                .map_err(|e| RuntimeError::Tokenizer(format!("{source}: {e}")))?;
-        let bytes = serde_json::to_vec(&doc).expect("a JSON value serializes");
-        Tokenizer::from_json_bytes(&bytes, source)
+        let pre = v.pre.unwrap_or("default");
+        if byte_level_parts(pre).is_none() {
+            return Err(RuntimeError::Tokenizer(format!(
+                "{source}: pre-tokenizer `{pre}` is not supported (qwen2, gpt-2, llama-bpe are); give --tokenizer tokenizer.json"
+            )));
+        }
+        let pieces = v
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if special(i) {
+                    t.as_bytes().to_vec()
+                } else {
+                    t.chars().filter_map(char_byte).collect()
+                }
+            })
+            .collect();
+        Ok(Tokenizer {
+            inner: std::sync::OnceLock::new(),
+            recipe: Some(Recipe {
+                tokens: v.tokens.to_vec(),
+                special: (0..v.tokens.len()).map(special).collect(),
+                merges: v.merges.to_vec(),
+                pre: pre.to_string(),
+            }),
+            source: source.to_string(),
+            pieces: Some(pieces),
+        })
+    }
+
+    /// The Hugging Face tokenizer, built now if it was deferred.
+    fn hf(&self) -> Result<&tokenizers::Tokenizer> {
+        let built = self.inner.get_or_init(|| {
+            let r = self
+                .recipe
+                .as_ref()
+                .expect("a deferred tokenizer has its recipe");
+            let json = byte_level_tokenizer_json(&r.tokens, &|i| r.special[i], &r.merges, &r.pre)
+                .map_err(|e| format!("{}: {e}", self.source))?;
+            tokenizers::Tokenizer::from_bytes(&json)
+                .map_err(|e| format!("{}: cannot be rebuilt: {e}", self.source))
+        });
+        built
+            .as_ref()
+            .map_err(|e| RuntimeError::Tokenizer(e.clone()))
     }
 
     /// Where it came from.
@@ -157,16 +287,20 @@ impl Tokenizer {
 
     /// Ids it knows (added tokens included).
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        match (&self.pieces, &self.recipe) {
+            (Some(p), Some(_)) => p.len(),
+            _ => self.hf().map_or(0, |t| t.get_vocab_size(true)),
+        }
     }
 
     /// Checks that it serves a target of `vocab` ids whose GGUF carries `gguf` (when it
     /// does): every id it knows is the target's, it knows every target id but padding the
     /// GGUF marks unused, and where both name a token they name the same one.
     pub fn check_target(&self, vocab: usize, gguf: Option<&GgufVocab<'_>>) -> Result<()> {
+        let inner = self.hf()?;
         let n = self.vocab_size();
         let err = |msg: String| Err(RuntimeError::Tokenizer(format!("{}: {msg}", self.source)));
-        if let Some(max) = self.inner.get_vocab(true).values().copied().max() {
+        if let Some(max) = inner.get_vocab(true).values().copied().max() {
             if max as usize >= vocab {
                 return err(format!(
                     "has token id {max}, outside the target's vocabulary of {vocab}"
@@ -178,7 +312,7 @@ impl Tokenizer {
                 .is_some_and(|tt| tt.get(i) == Some(&TOKEN_TYPE_UNUSED))
         };
         if let Some(missing) =
-            (0..vocab).find(|&i| self.inner.id_to_token(i as u32).is_none() && !unused(i))
+            (0..vocab).find(|&i| inner.id_to_token(i as u32).is_none() && !unused(i))
         {
             return err(format!(
                 "knows {n} tokens, the target's vocabulary {vocab}: id {missing} could be generated but not printed"
@@ -186,7 +320,7 @@ impl Tokenizer {
         }
         if let Some(g) = gguf {
             for (i, want) in g.tokens.iter().enumerate() {
-                if let Some(got) = self.inner.id_to_token(i as u32) {
+                if let Some(got) = inner.id_to_token(i as u32) {
                     if &got != want {
                         return err(format!(
                             "disagrees with the target's own tokenizer at id {i}: {got:?} vs {want:?}"
@@ -229,7 +363,7 @@ impl Tokenizer {
 
     /// Encodes `text` (no special tokens added; special tokens in the text are matched).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| {
+        let enc = self.hf()?.encode(text, false).map_err(|e| {
             RuntimeError::Tokenizer(format!("{}: cannot encode the prompt: {e}", self.source))
         })?;
         Ok(enc.get_ids().to_vec())
@@ -247,7 +381,7 @@ impl Tokenizer {
                 bytes.extend(s.finish());
                 Ok(String::from_utf8_lossy(&bytes).into_owned())
             }
-            None => self.inner.decode(ids, false).map_err(|e| {
+            None => self.hf()?.decode(ids, false).map_err(|e| {
                 RuntimeError::Tokenizer(format!("{}: cannot decode the output: {e}", self.source))
             }),
         }
@@ -259,20 +393,29 @@ impl Tokenizer {
             tok: self,
             generic: match &self.pieces {
                 Some(_) => None,
-                None => Some(self.inner.decode_stream(false)),
+                None => self.hf().ok().map(|inner| inner.decode_stream(false)),
             },
         }
     }
+}
 
-    /// Every id's bytes: added tokens as their text, others through the byte alphabet.
-    fn byte_pieces(&self) -> Vec<Vec<u8>> {
-        let added = self.inner.get_added_tokens_decoder();
-        (0..self.vocab_size() as u32)
+/// Every id's bytes when `inner` is byte-level (its decoder `ByteLevel`): added tokens
+/// as their text, others through the byte alphabet; `None` for other tokenizers.
+fn byte_pieces(inner: &tokenizers::Tokenizer) -> Option<Vec<Vec<u8>>> {
+    if !matches!(
+        inner.get_decoder(),
+        Some(tokenizers::DecoderWrapper::ByteLevel(_))
+    ) {
+        return None;
+    }
+    let added = inner.get_added_tokens_decoder();
+    Some(
+        (0..inner.get_vocab_size(true) as u32)
             .map(|id| {
                 if let Some(a) = added.get(&id) {
                     return a.content.as_bytes().to_vec();
                 }
-                let Some(t) = self.inner.id_to_token(id) else {
+                let Some(t) = inner.id_to_token(id) else {
                     return Vec::new();
                 };
                 let mut out = Vec::with_capacity(t.len());
@@ -284,8 +427,8 @@ impl Tokenizer {
                 }
                 out
             })
-            .collect()
-    }
+            .collect(),
+    )
 }
 
 type HfDecodeStream<'t> = tokenizers::DecodeStream<

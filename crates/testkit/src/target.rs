@@ -318,7 +318,7 @@ impl SynthVocab {
     /// The same tokenizer as a Hugging Face `tokenizer.json` document (BPE over Qwen2's
     /// split pattern and the byte-level alphabet, control tokens as special added tokens),
     /// built by the runtime's own GGUF-vocabulary builder.
-    pub fn tokenizer_json(&self) -> serde_json::Value {
+    pub fn tokenizer_json(&self) -> Vec<u8> {
         dspark_runtime::tokenizer::byte_level_tokenizer_json(
             &self.tokens,
             &|i| self.is_control(i),
@@ -361,8 +361,9 @@ pub fn write_pair(
         &dir.join("target.gguf"),
         &qwen3_gguf(t, seed, GgmlType::Q8_0),
     )?;
-    let tokenizer = serde_json::to_vec(&SynthVocab::new(t.vocab).tokenizer_json())
-        .expect("a JSON value serializes");
-    crate::write_atomic(&dir.join("tokenizer.json"), &tokenizer)?;
+    crate::write_atomic(
+        &dir.join("tokenizer.json"),
+        &SynthVocab::new(t.vocab).tokenizer_json(),
+    )?;
     crate::drafter::write_synth(&pair_drafter(t), &dir.join("draft"), seed, progress)
 }
