@@ -139,6 +139,13 @@ fn drafter_alone(path: &Path) -> Result<(Arc<Drafter>, HeadOnlyTarget)> {
             path.display()
         );
     };
+    if !h.hidden.is_multiple_of(32) {
+        usage!(
+            "{}: a head-only stand-in target is Q8_0, so it needs a hidden size that is a multiple of 32 (this drafter's is {}): give --target",
+            path.display(),
+            h.hidden
+        );
+    }
     let layers = h
         .target_layers
         .unwrap_or_else(|| h.target_layer_ids.iter().max().map_or(1, |l| l + 1));
