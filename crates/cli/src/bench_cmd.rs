@@ -216,6 +216,25 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
         _ => None,
     };
+    // The largest step's working memory (verify with logits for every row, the prefill
+    // with captured features, one draft), refused before anything runs.
+    if let (Some(s), Some(p)) = (&session, &a.target) {
+        let captures = drafter
+            .as_ref()
+            .map_or(0, |d| d.hparams().target_layer_ids.len());
+        let step = s
+            .step_bytes(context.max(1), Logits::Last, captures)
+            .max(s.step_bytes(verify, Logits::All, captures));
+        dspark_runtime::memory::check_fits(step, "the working memory of a measured step")
+            .map_err(|e| runtime_error(p, e))?;
+    }
+    if let (Some(d), Some(p)) = (&drafter, &a.draft) {
+        dspark_runtime::memory::check_fits(
+            d.step_bytes(positions),
+            "the working memory of one drafted block",
+        )
+        .map_err(|e| runtime_error(p, e))?;
+    }
 
     // 2. Measurements; Ctrl-C stops them between runs, keeping what was measured.
     let mut doc = json!({

@@ -225,6 +225,20 @@ fn rows_per_task(rows: usize) -> usize {
     rows.div_ceil(8 * rayon::current_num_threads()).max(16)
 }
 
+/// Bytes a [`gemm_with`] of `rows` output rows over `cols` inputs and `n` columns
+/// allocates besides its input and output, bounded from above: the prepared activations
+/// (scales, quants and their transposed copy, under 3 bytes per input value) and each
+/// worker's task buffer (`rows per task × n` f32) and accumulators (at most eight 32-byte
+/// registers per row). For memory checks made before a run.
+pub fn scratch_bytes(rows: usize, cols: usize, n: usize) -> u64 {
+    let per = rows_per_task(rows).min(rows.max(1)) as u64;
+    let workers = rayon::current_num_threads() as u64;
+    let task = per.saturating_mul((4 * n as u64).saturating_add(256));
+    workers
+        .saturating_mul(task)
+        .saturating_add((3 * cols as u64).saturating_mul(n as u64))
+}
+
 /// `y[c * w.rows + r] = Σ_k W[r][k] · x[c * w.cols + k]` for each of the `x.len() / w.cols`
 /// columns, with the row kernel `kernels` has for the format, on the current rayon pool.
 ///

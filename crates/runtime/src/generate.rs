@@ -325,6 +325,13 @@ fn check_request(target: &dyn Target, req: &Request<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a run whose per-step working memory (`bytes`, for `what`) the machine cannot
+/// give, before anything is computed: the caches were checked when the sessions were
+/// made, but logits over a large vocabulary for a whole block can be larger still.
+fn check_step_memory(bytes: u64, what: &str) -> Result<()> {
+    crate::memory::check_fits(bytes, &format!("the working memory of {what}"))
+}
+
 /// Prefills `prompt` in chunks; `with_features` receives each chunk's captured features.
 /// Returns the last position's logits, or `None` when interrupted.
 fn prefill(
@@ -357,6 +364,11 @@ pub fn autoregressive(
     obs: &mut dyn Observer,
 ) -> Result<Outcome> {
     check_request(target, req)?;
+    let chunk = req.prompt.len().min(PREFILL_CHUNK);
+    check_step_memory(
+        target.step_bytes(chunk, Logits::Last, 0),
+        &format!("a {chunk}-token prefill step"),
+    )?;
     let started = Instant::now();
     let mut stats = Stats {
         prompt_tokens: req.prompt.len(),
@@ -401,6 +413,15 @@ pub fn speculative(
     };
     let capture = model.hparams().target_layer_ids.clone();
     let width = capture.len() * target.shape().hidden;
+    let chunk = req.prompt.len().min(PREFILL_CHUNK);
+    let block = model.hparams().block_size;
+    let target_step = target
+        .step_bytes(chunk, Logits::Last, capture.len())
+        .max(target.step_bytes(block + 1, Logits::All, capture.len()));
+    check_step_memory(
+        target_step.saturating_add(model.step_bytes(drafter.capacity())),
+        &format!("a speculative round (a block of {block}, logits for each row)"),
+    )?;
     let mut out = Output::new(req);
     let prefilled = prefill(
         target,

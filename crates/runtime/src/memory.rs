@@ -70,6 +70,23 @@ pub fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
     Ok(v)
 }
 
+/// What a step allocates besides the buffers its estimate names (task lists, per-thread
+/// state), allowed for once per estimate.
+pub const STEP_BOOKKEEPING: u64 = 64 << 10;
+
+/// `n` zeroed f32 values for `what`, allocated fallibly but without consulting the
+/// system (the hot path's variant of [`zeroed`]: its size was checked before the run).
+pub fn try_zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| RuntimeError::Memory {
+        what: what.to_string(),
+        bytes: (n as u64).saturating_mul(4),
+        available: None,
+    })?;
+    v.resize(n, 0.0);
+    Ok(v)
+}
+
 /// `a × b × …` in u64, `None` on overflow.
 pub fn product(factors: &[u64]) -> Option<u64> {
     factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))

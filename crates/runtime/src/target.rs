@@ -47,6 +47,9 @@ pub trait Target {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Bytes one [`Target::forward`] of `rows` tokens holds at its peak besides the
+    /// weights and the session's cache (activations, `captures` layers' features, logits).
+    fn step_bytes(&self, rows: usize, logits: Logits, captures: usize) -> u64;
     /// Runs `tokens` at positions `len()..len() + n`, appending them tentatively and
     /// capturing the outputs of layers `capture`. Fails, changing nothing, when a token is
     /// outside the vocabulary, a layer does not exist, or the positions exceed

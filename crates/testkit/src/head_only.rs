@@ -81,6 +81,10 @@ impl Target for HeadOnlyTarget {
         0
     }
 
+    fn step_bytes(&self, _rows: usize, _logits: Logits, _captures: usize) -> u64 {
+        0
+    }
+
     fn forward(&mut self, _tokens: &[u32], _capture: &[usize], _logits: Logits) -> Result<Forward> {
         Err(RuntimeError::Request(
             "a head-only target has no decoder layers to run".into(),

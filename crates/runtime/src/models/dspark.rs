@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 
 use dspark_contract::dflash_draft::DraftHparams;
 use dspark_contract::{DraftFile, TargetShape};
-use dspark_quant::gemm::gemm;
+use dspark_quant::gemm::{gemm, scratch_bytes};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
+use crate::memory::try_zeroed;
 use crate::nn::attention::attend_group;
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
@@ -183,6 +184,25 @@ impl Drafter {
     pub fn session_bytes(&self, capacity: usize) -> Option<u64> {
         let h = &self.hparams;
         KvCache::bytes_for(h.layers, h.kv_heads * h.head_dim, capacity)
+    }
+
+    /// Bytes one draft holds at its peak besides the weights and the context cache, for a
+    /// session of `capacity` positions: the block's activations, its logits, the Markov
+    /// bias row, attention scores over the context and the block.
+    pub fn step_bytes(&self, capacity: usize) -> u64 {
+        let h = &self.hparams;
+        let b = h.block_size as u64;
+        let vocab = self.target.vocab as u64;
+        b.saturating_mul(self.dims().row_floats())
+            .saturating_add((b + 1).saturating_mul(vocab))
+            .saturating_mul(4)
+            .saturating_add(self.dims().score_bytes(capacity + h.block_size))
+            .saturating_add(self.dims().gemm_scratch(h.block_size).max(scratch_bytes(
+                self.target.vocab,
+                h.hidden,
+                h.block_size,
+            )))
+            .saturating_add(crate::memory::STEP_BOOKKEEPING)
     }
 
     /// A session for up to `capacity` context positions, refused with its byte count when
@@ -379,7 +399,7 @@ impl DraftSession {
         let hidden = &u[first * h..];
         let vocab = model.target.vocab;
         let rows = b - first;
-        let mut logits = vec![0.0f32; rows * vocab];
+        let mut logits = try_zeroed(rows * vocab, "the drafter's logits")?;
         let layers_done = Instant::now();
         // 4. Base logits through the LM head.
         match &model.output {

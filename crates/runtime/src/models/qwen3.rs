@@ -17,11 +17,12 @@ use std::sync::Arc;
 
 use dspark_contract::qwen3::Qwen3Hparams;
 use dspark_contract::{Qwen3File, SpecialTokens, TargetShape};
-use dspark_quant::gemm::gemm;
+use dspark_quant::gemm::{gemm, scratch_bytes};
 use rayon::prelude::*;
 
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
+use crate::memory::try_zeroed;
 use crate::nn::attention::attend_group;
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
@@ -108,6 +109,29 @@ impl Qwen3 {
     pub fn session_bytes(&self, capacity: usize) -> Option<u64> {
         let h = &self.hparams;
         KvCache::bytes_for(h.layers, h.kv_heads * h.head_dim, capacity)
+    }
+
+    /// Bytes one forward of `rows` positions holds at its peak besides the weights and
+    /// the KV cache: activations, captured features for `captures` layers, logits for
+    /// the rows `which` asks for, attention scores over a session of `capacity`.
+    pub fn step_bytes(&self, rows: usize, which: Logits, captures: usize, capacity: usize) -> u64 {
+        let h = &self.hparams;
+        let logit_rows = match which {
+            Logits::All => rows,
+            Logits::Last => 1,
+        } as u64;
+        let per_row = self.dims().row_floats() + (captures * h.hidden) as u64;
+        (rows as u64)
+            .saturating_mul(per_row)
+            .saturating_add(logit_rows.saturating_mul((h.vocab + h.hidden) as u64))
+            .saturating_mul(4)
+            .saturating_add(self.dims().score_bytes(capacity))
+            .saturating_add(self.dims().gemm_scratch(rows).max(scratch_bytes(
+                h.vocab,
+                h.hidden,
+                logit_rows as usize,
+            )))
+            .saturating_add(crate::memory::STEP_BOOKKEEPING)
     }
 
     /// A session for up to `capacity` positions (at most the context length): an empty KV
@@ -222,6 +246,11 @@ impl Target for Qwen3Session {
         self.model.lm_head(hidden, logits)
     }
 
+    fn step_bytes(&self, rows: usize, which: Logits, captures: usize) -> u64 {
+        self.model
+            .step_bytes(rows, which, captures, self.kv.capacity())
+    }
+
     fn forward(&mut self, tokens: &[u32], capture: &[usize], which: Logits) -> Result<Forward> {
         let model = Arc::clone(&self.model);
         let (c, bytes) = (&model.hparams, model.bytes());
@@ -305,7 +334,7 @@ impl Target for Qwen3Session {
         };
         let mut normed_rows = vec![0.0f32; rows.len()];
         norm_rows(rows, &model.output_norm, c.eps, &mut normed_rows);
-        let mut logits = vec![0.0f32; rows.len() / h * c.vocab];
+        let mut logits = try_zeroed(rows.len() / h * c.vocab, "the target's logits")?;
         model.lm_head(&normed_rows, &mut logits);
         self.len = p0 + n;
         Ok(Forward { logits, captured })

@@ -3,7 +3,7 @@
 //! with its residual, and the SwiGLU FFN with its residual.
 
 use dspark_contract::LayerRefs;
-use dspark_quant::gemm::{gemm, gemm_many};
+use dspark_quant::gemm::{gemm, gemm_many, scratch_bytes};
 
 use crate::error::Result;
 use crate::nn::ops::{norm_rows, silu};
@@ -17,6 +17,43 @@ pub(crate) struct Dims {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub ffn: usize,
+}
+
+impl Dims {
+    /// f32 values one decoder layer holds per row at its peak: the norm output, Q, K, V
+    /// and attention output, the RoPE table, the output projection, and the FFN's input,
+    /// gate, up and down rows, with the residual stream itself.
+    pub fn row_floats(&self) -> u64 {
+        let (h, qd, kvd) = (
+            self.hidden as u64,
+            (self.heads * self.head_dim) as u64,
+            (self.kv_heads * self.head_dim) as u64,
+        );
+        5 * h + 2 * qd + 2 * kvd + 2 * self.ffn as u64 + self.head_dim as u64
+    }
+
+    /// Bytes the largest matrix product of a decoder layer over `rows` rows allocates
+    /// for itself (see [`scratch_bytes`]).
+    pub fn gemm_scratch(&self, rows: usize) -> u64 {
+        let (h, f) = (self.hidden, self.ffn);
+        let qkv = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        [
+            scratch_bytes(qkv, h, rows),
+            scratch_bytes(h, self.heads * self.head_dim, rows),
+            scratch_bytes(2 * f, h, rows),
+            scratch_bytes(h, f, rows),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// Bytes the attention score buffers take over `positions` keys: one per worker
+    /// thread, a query-head group wide.
+    pub fn score_bytes(&self, positions: usize) -> u64 {
+        let group = (self.heads / self.kv_heads.max(1)) as u64;
+        4 * rayon::current_num_threads() as u64 * group * positions as u64
+    }
 }
 
 /// One layer's weights, by their GGUF names under `blk.{i}.`.
