@@ -130,7 +130,7 @@ pub fn memory_bandwidth() -> Result<f64> {
 fn drafter_alone(path: &Path) -> Result<(Arc<Drafter>, HeadOnlyTarget)> {
     let bytes = map_model(path)?;
     let file = GgufFile::parse((*bytes).as_ref()).with_context(|| path.display().to_string())?;
-    let checked = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())
+    let checked = dspark_contract::drafter(&file, &dspark_quant::matrix_types())
         .map_err(|e| contract_error(path, &e))?;
     let h = checked.hparams();
     let Some(vocab) = checked.markov().map(|m| m.vocab).or(h.target_vocab) else {

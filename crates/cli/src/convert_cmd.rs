@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use dspark_convert::config::DraftConfig;
-use dspark_convert::plan::{default_file_name, model_name, Options, OutType, Plan};
+use dspark_convert::plan::{
+    default_file_name, model_name, CarriedVocab, FileLayout, Options, OutType, Plan,
+};
 use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::write::write_gguf;
@@ -62,6 +64,53 @@ pub struct ConvertArgs {
     /// Convert NaN / Inf values instead of refusing the tensor.
     #[arg(long)]
     pub allow_nonfinite: bool,
+    /// Output layout: dflash-draft (the generic drafter format) or llama.cpp (its
+    /// `dflash` architecture, as its converter writes it; needs --vocab-from).
+    #[arg(long, default_value = "dflash-draft", value_parser = parse_layout)]
+    pub layout: FileLayout,
+    /// The target GGUF whose vocabulary (tokenizer.ggml.*) a llama.cpp-layout drafter
+    /// carries; its depth is also checked against the captured layers.
+    #[arg(long, value_name = "TARGET.gguf")]
+    pub vocab_from: Option<PathBuf>,
+}
+
+fn parse_layout(s: &str) -> Result<FileLayout, String> {
+    FileLayout::parse(s).ok_or_else(|| format!("`{s}` is not one of dflash-draft, llama.cpp"))
+}
+
+/// The vocabulary and depth of `--vocab-from`: its `tokenizer.ggml.*` keys (its mask id
+/// excluded: the drafter's own is written), the SHA256 of the file, and
+/// `<arch>.block_count` when it has one.
+fn read_vocab(path: &Path) -> Result<(CarriedVocab, usize, Option<u64>)> {
+    let bytes = crate::mmap::map_input(path)?;
+    let file = dspark_gguf::GgufFile::parse(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let keys: Vec<(String, dspark_gguf::Value)> = file
+        .kvs()
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("tokenizer.") && k.as_str() != dspark_contract::names::tokenizer::MASK_ID
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let tokens = match file.get(dspark_contract::names::tokenizer::TOKENS) {
+        Some(dspark_gguf::Value::Array(dspark_gguf::Array::String(t))) => t.len(),
+        _ => bail!(
+            "{}: no {} array: --vocab-from needs a GGUF that carries its tokenizer",
+            path.display(),
+            dspark_contract::names::tokenizer::TOKENS
+        ),
+    };
+    let depth = file
+        .get(dspark_contract::names::ARCHITECTURE)
+        .and_then(dspark_gguf::Value::as_str)
+        .and_then(|arch| file.get(&format!("{arch}.block_count")))
+        .and_then(|v| match v {
+            dspark_gguf::Value::U32(n) => Some(u64::from(*n)),
+            _ => None,
+        });
+    let sha256 = dspark_convert::verify::sha256_hex(&bytes);
+    Ok((CarriedVocab { keys, sha256 }, tokens, depth))
 }
 
 fn parse_outtype(s: &str) -> Result<OutType, String> {
@@ -204,6 +253,53 @@ fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The target named by --vocab-from must have the drafter's vocabulary and hold every
+/// captured layer; a layer llama.cpp cannot tap is a warning.
+fn check_target_fit(
+    config: &DraftConfig,
+    path: &Path,
+    tokens: usize,
+    depth: Option<u64>,
+) -> Result<()> {
+    if tokens as u64 != config.vocab_size.value {
+        bail!(
+            "{}: the target has {tokens} tokens, but {} says {} ({})",
+            path.display(),
+            config.path.display(),
+            config.vocab_size.value,
+            config.vocab_size.from
+        );
+    }
+    if let Some(depth) = depth {
+        if let Some(bad) = config
+            .target_layer_ids
+            .value
+            .iter()
+            .find(|&&id| id >= depth)
+        {
+            bail!(
+                "{}: captured layer {bad} ({}) is outside the target's {depth} layers",
+                path.display(),
+                config.target_layer_ids.from
+            );
+        }
+        warn_untappable(config, depth, &path.display().to_string());
+    }
+    Ok(())
+}
+
+/// llama.cpp taps a target layer's input, so it cannot give the output of the last layer
+/// (`llama-cpp-dflash-layout.md` §6.1): a drafter capturing it aborts there.
+fn warn_untappable(config: &DraftConfig, depth: u64, depth_from: &str) {
+    for &id in &config.target_layer_ids.value {
+        if id + 1 == depth {
+            crate::diag!(
+                "dspark: warning: captured layer {id} is the last of the target's {depth} ({depth_from}): llama.cpp cannot tap its output (it aborts with \"layer input tensor is null\"); dspark can"
+            );
+        }
+    }
+}
+
 fn cancelled() -> Result<()> {
     if CANCEL.load(Ordering::SeqCst) {
         return Err(dspark_convert::error::ConvertError::Cancelled.into());
@@ -213,8 +309,19 @@ fn cancelled() -> Result<()> {
 
 pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     let started = Instant::now();
+    if a.layout == FileLayout::LlamaCpp && a.vocab_from.is_none() {
+        crate::usage!(
+            "--layout llama.cpp carries the target's vocabulary: give --vocab-from TARGET.gguf"
+        );
+    }
+    let carried = a.vocab_from.as_deref().map(read_vocab).transpose()?;
     let options = Options {
         outtype: a.outtype,
+        layout: a.layout,
+        vocab: carried
+            .as_ref()
+            .filter(|_| a.layout == FileLayout::LlamaCpp)
+            .map(|(v, _, _)| v.clone()),
         name: a.name.clone(),
         source_repo: a.source_repo.clone(),
         source_revision: a.source_revision.clone(),
@@ -244,7 +351,8 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     }
     let layout = SourceLayout::discover(&a.src)?;
     if !a.dry_run {
-        let inputs = layout.input_files();
+        let mut inputs = layout.input_files();
+        inputs.extend(a.vocab_from.iter().cloned());
         let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         for p in [&out, &report_path] {
             check_output(p, &inputs, a.force)?;
@@ -253,6 +361,16 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 
     // 2. The source, checked completely before any data is read.
     let config = DraftConfig::read(&layout.config_path())?;
+    if let (Some((_, tokens, depth)), Some(path)) = (&carried, &a.vocab_from) {
+        check_target_fit(&config, path, *tokens, *depth)?;
+    } else if let Some(depth) = &config.num_target_layers {
+        warn_untappable(&config, depth.value, &depth.from);
+    }
+    if let (Some((_, tokens, depth)), Some(path)) = (&carried, &a.vocab_from) {
+        check_target_fit(&config, path, *tokens, *depth)?;
+    } else if let Some(depth) = &config.num_target_layers {
+        warn_untappable(&config, depth.value, &depth.from);
+    }
     let ckpt = Checkpoint::open(layout)?;
     let plan = Plan::new(config, &ckpt, options)?;
     let Some((tmp, rtmp)) = temps else {

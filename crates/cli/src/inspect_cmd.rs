@@ -162,9 +162,13 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
     let types = dspark_quant::matrix_types();
     let list = |f: &[Finding]| f.iter().map(|f| f.to_string()).collect::<Vec<_>>();
     match identify(file) {
-        FileKind::DflashDraft => {
-            let kind = dspark_contract::dflash_draft::KIND;
-            match dspark_contract::dflash_draft::check(file, &types) {
+        FileKind::DflashDraft | FileKind::LlamaDflash => {
+            let kind = if identify(file) == FileKind::LlamaDflash {
+                dspark_contract::llama_dflash::KIND
+            } else {
+                dspark_contract::dflash_draft::KIND
+            };
+            match dspark_contract::drafter(file, &types) {
                 Ok(d) => {
                     let h = d.hparams();
                     let mut own = check_finite(file);
@@ -175,6 +179,7 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
                         json!({
                             "kind": "drafter",
                             "architecture": d.arch(),
+                            "layout": if d.arch() == dspark_contract::llama_dflash::ARCH { "llama.cpp" } else { "dflash-draft" },
                             "embedding_length": h.hidden,
                             "block_count": h.layers,
                             "head_count": h.heads,
@@ -192,6 +197,7 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
                             "markov_rank": d.markov().map(|m| m.rank),
                             "markov_vocab": d.markov().map(|m| m.vocab),
                             "confidence_dim": d.confidence().map(|c| c.weight.cols),
+                            "context_length": h.context,
                         }),
                         own,
                         kind,
@@ -235,7 +241,7 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
         FileKind::Unknown(arch) => (
             json!({"kind": "unknown", "architecture": arch}),
             vec![format!(
-                "general.architecture is {}: not a kind dspark knows (dflash-draft drafters, qwen3 targets)",
+                "general.architecture is {}: not a kind dspark knows (dflash-draft and llama.cpp dflash drafters, qwen3 targets)",
                 arch.map_or("missing".to_string(), |a| format!("`{a}`"))
             )],
             "model file",

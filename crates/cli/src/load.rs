@@ -88,7 +88,7 @@ pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<LoadedT
 pub fn load_drafter(path: &Path, target: &TargetShape, target_path: &str) -> Result<Arc<Drafter>> {
     let bytes = map_model(path)?;
     let file = GgufFile::parse((*bytes).as_ref()).with_context(|| path.display().to_string())?;
-    let checked = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())
+    let checked = dspark_contract::drafter(&file, &dspark_quant::matrix_types())
         .map_err(|e| contract_error(path, &e))?;
     match Drafter::load(bytes.clone(), &checked, target) {
         Ok(d) => Ok(Arc::new(d)),

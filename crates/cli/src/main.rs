@@ -9,6 +9,7 @@
 
 mod bench_cmd;
 mod convert_cmd;
+mod eval_cmd;
 mod generate_cmd;
 mod inspect_cmd;
 mod load;
@@ -36,7 +37,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a drafter checkpoint folder (config.json + safetensors) to a dflash-draft GGUF.
+    /// Convert a drafter checkpoint folder (config.json + safetensors) to a GGUF (dflash-draft or llama.cpp layout).
     Convert(convert_cmd::ConvertArgs),
     /// Print a GGUF file's header, metadata, tensors and a summary of what it is.
     Inspect(inspect_cmd::InspectArgs),
@@ -48,6 +49,8 @@ enum Command {
     Generate(generate_cmd::GenerateArgs),
     /// Time decode, verify and draft steps against the memory-bandwidth bound.
     Bench(bench_cmd::BenchArgs),
+    /// Measure speculation over a prompt set at T = 0: acceptance, calibration, speed.
+    Eval(eval_cmd::EvalArgs),
 }
 
 /// Most worker threads a command starts.
@@ -195,6 +198,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => convert_cmd::run_synth(a),
         Command::Generate(a) => generate_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Eval(a) => eval_cmd::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

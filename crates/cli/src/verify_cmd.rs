@@ -69,12 +69,17 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             "dflash-draft runtime contract (the runtime's drafter loader)",
             &findings(dspark_contract::dflash_draft::check(&file, &types).map(|_| ())),
         )?,
+        FileKind::LlamaDflash => say(
+            "llama.cpp dflash drafter contract (the runtime's drafter loader)",
+            &findings(dspark_contract::llama_dflash::check(&file, &types).map(|_| ())),
+        )?,
         FileKind::Unknown(arch) => say(
-            "a model file dspark knows (a dflash-draft drafter or a qwen3 target)",
+            "a model file dspark knows (a dflash-draft or llama.cpp dflash drafter, or a qwen3 target)",
             &[format!(
-                "key `general.architecture`: is {}, expected one of {:?} or `{}`",
+                "key `general.architecture`: is {}, expected one of {:?}, `{}` or `{}`",
                 arch.map_or("missing".to_string(), |a| format!("`{a}`")),
                 dspark_contract::dflash_draft::ACCEPTED_ARCHS,
+                dspark_contract::llama_dflash::ARCH,
                 dspark_contract::qwen3::ARCH
             )],
         )?,

@@ -5,6 +5,8 @@
 //! run the README's test command, which installs it.
 
 mod common;
+mod eval;
+mod llama_layout;
 mod runtime_inputs;
 
 use std::fs;

@@ -160,9 +160,10 @@ impl<'f, 'k> Checker<'f, 'k> {
     /// Keys llama.cpp honours that change RoPE or attention in ways these models do not
     /// implement: `rope.dimension_count` other than the head size (partial rotary), a
     /// `rope.scaling.factor` other than 1 without a scaling type (linear scaling),
-    /// `rope.scale_linear` other than 1, `attention.causal` false. `scaled` is true when
-    /// a scaling type the caller supports is present (its factor is the caller's to check).
-    pub fn unsupported_rope_keys(&mut self, arch: &str, head_dim: u64, scaled: bool) {
+    /// `rope.scale_linear` other than 1, `attention.causal` other than `causal` (how the
+    /// model attends). `scaled` is true when a scaling type the caller supports is present
+    /// (its factor is the caller's to check).
+    pub fn unsupported_rope_keys(&mut self, arch: &str, head_dim: u64, scaled: bool, causal: bool) {
         use crate::names::{key, keys};
         let k = |s: &str| key(arch, s);
         if let Some(d) = self.u32(&k(keys::ROPE_DIMENSION_COUNT), false) {
@@ -187,8 +188,30 @@ impl<'f, 'k> Checker<'f, 'k> {
             unit(self, k(keys::ROPE_SCALING_FACTOR));
         }
         unit(self, k(keys::ROPE_SCALE_LINEAR));
-        if let Some(false) = self.bool(&k(keys::CAUSAL)) {
-            self.key_finding(&k(keys::CAUSAL), "is false: these models attend causally");
+        match self.bool(&k(keys::CAUSAL)) {
+            Some(false) if causal => {
+                self.key_finding(&k(keys::CAUSAL), "is false: these models attend causally")
+            }
+            Some(true) if !causal => self.key_finding(
+                &k(keys::CAUSAL),
+                "is true: a causal draft block is not supported (blocks attend bidirectionally)",
+            ),
+            _ => {}
+        }
+    }
+
+    /// Keys whose settings change what a model computes in ways the runtime does not
+    /// implement: refused when present, with `why`.
+    pub fn unsupported_keys(&mut self, keys: &[(&str, &str)]) {
+        for (key, why) in keys {
+            if let Some(v) = self.get(key) {
+                let shown = match v {
+                    Value::Array(a) => format!("an ARRAY[{}]", a.elem_type().name()),
+                    Value::String(s) => format!("`{}`", s.chars().take(64).collect::<String>()),
+                    other => format!("{other:?}"),
+                };
+                self.key_finding(key, format!("is {shown}: {why}"));
+            }
         }
     }
 
@@ -251,6 +274,12 @@ impl<'f, 'k> Checker<'f, 'k> {
                 None
             }
         }
+    }
+
+    /// Counts tensor `name` as judged (a finding about it was already made), so
+    /// [`Checker::no_other_tensors`] does not report it again.
+    pub fn judged(&mut self, name: &'f str) {
+        self.used.insert(name);
     }
 
     /// Whether the file has a tensor of this name.

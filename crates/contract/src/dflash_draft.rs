@@ -119,16 +119,16 @@ pub struct ConfidenceRefs<'f> {
 /// which the drafter loader requires.
 #[derive(Clone, Debug)]
 pub struct DraftFile<'f> {
-    arch: &'f str,
-    hparams: DraftHparams,
-    fc: TensorRef<'f>,
-    hidden_norm: TensorRef<'f>,
-    output_norm: TensorRef<'f>,
-    layers: Vec<LayerRefs<'f>>,
-    markov: Option<MarkovRefs<'f>>,
-    confidence: Option<ConfidenceRefs<'f>>,
-    token_embd: Option<TensorRef<'f>>,
-    output: Option<TensorRef<'f>>,
+    pub(crate) arch: &'f str,
+    pub(crate) hparams: DraftHparams,
+    pub(crate) fc: TensorRef<'f>,
+    pub(crate) hidden_norm: TensorRef<'f>,
+    pub(crate) output_norm: TensorRef<'f>,
+    pub(crate) layers: Vec<LayerRefs<'f>>,
+    pub(crate) markov: Option<MarkovRefs<'f>>,
+    pub(crate) confidence: Option<ConfidenceRefs<'f>>,
+    pub(crate) token_embd: Option<TensorRef<'f>>,
+    pub(crate) output: Option<TensorRef<'f>>,
 }
 
 impl<'f> DraftFile<'f> {
@@ -190,7 +190,10 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
     if !ACCEPTED_ARCHS.contains(&arch) {
         c.key_finding(
             names::ARCHITECTURE,
-            format!("is `{arch}`, expected one of {ACCEPTED_ARCHS:?}"),
+            format!(
+                "is `{arch}`, expected one of {ACCEPTED_ARCHS:?} or `{}` (llama.cpp's layout)",
+                crate::llama_dflash::ARCH
+            ),
         );
         return None;
     }
@@ -223,7 +226,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
     );
     let yarn = check_rope_scaling(c, arch);
     if let Some(hd) = head_dim {
-        c.unsupported_rope_keys(arch, hd, matches!(yarn, Some(Some(_))));
+        c.unsupported_rope_keys(arch, hd, matches!(yarn, Some(Some(_))), true);
     }
     let block_size = c.u32_in(&k(keys::DFLASH_BLOCK_SIZE), bounds::BLOCK_SIZE, true);
     let mask = c.u32(&k(keys::DFLASH_MASK_TOKEN_ID), true);
@@ -345,7 +348,10 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<DraftFile<'f>> {
 
 /// `rope.scaling.*`: absent or `none` (plain RoPE), or `yarn` with sound parameters.
 /// `Some(None)` for plain RoPE, `None` after a finding.
-fn check_rope_scaling(c: &mut Checker<'_, '_>, arch: &str) -> Option<Option<YarnParams>> {
+pub(crate) fn check_rope_scaling(
+    c: &mut Checker<'_, '_>,
+    arch: &str,
+) -> Option<Option<YarnParams>> {
     let k = |s: &str| key(arch, s);
     match c.string(&k(keys::ROPE_SCALING_TYPE), false) {
         None | Some("none") => Some(None),

@@ -6,6 +6,8 @@
 //!
 //! # Brief overview
 //! - [`dflash_draft::check`]: the generic `dflash-draft` drafter → a [`DraftFile`].
+//! - [`llama_dflash::check`]: llama.cpp's `dflash` drafter → the same [`DraftFile`].
+//! - [`drafter`]: either drafter layout, chosen by `general.architecture`.
 //! - [`qwen3::check`]: llama.cpp's `qwen3` target → a [`Qwen3File`].
 //! - [`fit::check`]: a drafter against its target's [`TargetShape`].
 //! - [`identify`]: which kind a file says it is.
@@ -40,6 +42,7 @@ pub mod dflash_draft;
 mod finding;
 pub mod fit;
 mod layer;
+pub mod llama_dflash;
 pub mod names;
 pub mod qwen3;
 mod vocab;
@@ -62,10 +65,24 @@ use dspark_gguf::{GgufFile, Value};
 pub enum FileKind {
     /// A `dflash-draft` drafter (any of [`dflash_draft::ACCEPTED_ARCHS`]).
     DflashDraft,
+    /// A llama.cpp `dflash` drafter (DFlash or DSpark).
+    LlamaDflash,
     /// A llama.cpp `qwen3` target.
     Qwen3,
     /// Another architecture (its name), or none (`None`).
     Unknown(Option<String>),
+}
+
+/// Checks a drafter in either layout (`dflash-draft` or llama.cpp's `dflash`), chosen by
+/// its `general.architecture`; any other architecture is judged as a `dflash-draft`.
+pub fn drafter<'f>(
+    file: &'f GgufFile<'f>,
+    matrix_types: &[dspark_gguf::GgmlType],
+) -> Result<DraftFile<'f>, ContractError> {
+    match identify(file) {
+        FileKind::LlamaDflash => llama_dflash::check(file, matrix_types),
+        _ => dflash_draft::check(file, matrix_types),
+    }
 }
 
 /// Which contract applies to `file`.
@@ -75,6 +92,7 @@ pub fn identify(file: &GgufFile<'_>) -> FileKind {
             FileKind::DflashDraft
         }
         Some(Value::String(a)) if a == qwen3::ARCH => FileKind::Qwen3,
+        Some(Value::String(a)) if a == llama_dflash::ARCH => FileKind::LlamaDflash,
         Some(Value::String(a)) => FileKind::Unknown(Some(a.clone())),
         _ => FileKind::Unknown(None),
     }

@@ -78,6 +78,37 @@ pub mod keys {
     pub const DSPARK_CONFIDENCE_WITH_MARKOV: &str = "dflash.dspark.confidence_with_markov";
 }
 
+/// llama.cpp's `dflash` drafters (`llama-cpp/llama-cpp-dflash-layout.md` §2–§3): key
+/// suffixes after `dflash.` and tensor names, where they differ from `dflash-draft`'s.
+pub mod llama_dflash {
+    /// `general.architecture` of llama.cpp's DFlash / DSpark drafters.
+    pub const ARCH: &str = "dflash";
+    /// Tokens per block B (llama.cpp's DSpark graph requires it).
+    pub const BLOCK_SIZE: &str = "block_size";
+    /// Captured target layers as llama.cpp counts them: value v is the input of target
+    /// layer v, i.e. the output of layer v − 1 (dspark's 0-based id + 1).
+    pub const TARGET_LAYERS: &str = "target_layers";
+    /// Drafts come from rows 0..B−1 (true, the default) or 1..B−1 (false).
+    pub const SAMPLE_FROM_ANCHOR: &str = "sample_from_anchor";
+    /// Whether the file has a confidence head (informational; tensors decide).
+    pub const HAS_CONFIDENCE_HEAD: &str = "has_confidence_head";
+
+    /// Feature fusion (`[captured × hidden, hidden]`).
+    pub const FC: &str = "fc.weight";
+    /// RMSNorm after the fusion (`[hidden]`).
+    pub const HIDDEN_NORM: &str = "enc.output_norm.weight";
+    /// Markov embedding of the previous token (`[R, V]`).
+    pub const MARKOV_W1: &str = "markov_w1.weight";
+    /// Markov map to logits (`[R, V]`).
+    pub const MARKOV_W2: &str = "markov_w2.weight";
+    /// Confidence head weight (`[hidden + R, 1]`, a one-row matrix).
+    pub const CONF_PROJ: &str = "conf_proj.weight";
+    /// Confidence head bias (`[1]`).
+    pub const CONF_PROJ_BIAS: &str = "conf_proj.bias";
+    /// Draft-to-target vocabulary map of reduced-vocabulary drafters (I64).
+    pub const D2T: &str = "d2t";
+}
+
 /// `<arch>.<suffix>`.
 pub fn key(arch: &str, suffix: &str) -> String {
     format!("{arch}.{suffix}")

@@ -178,7 +178,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
         ),
     }
     if let Some(hd) = head_dim {
-        c.unsupported_rope_keys(ARCH, hd, false);
+        c.unsupported_rope_keys(ARCH, hd, false, true);
     }
     let (hidden, layers, ffn, heads, kv_heads, head_dim, context, eps, rope_base) = (
         hidden?, layers?, ffn?, heads?, kv_heads?, head_dim?, context?, eps?, rope_base?,

@@ -218,8 +218,9 @@ pub fn map_source(name: &str) -> Option<Mapped> {
     None
 }
 
-/// The role of a GGUF tensor this converter writes, by its GGUF name.
+/// The role of a GGUF tensor this converter writes, by its GGUF name (either layout).
 pub fn role_of_gguf(name: &str) -> Option<Role> {
+    let name = dflash_draft_name(name);
     if let Some((_, t)) = LayerTensor::parse(name) {
         return LAYER_TENSORS.iter().find(|e| e.1 == t).map(|e| e.2);
     }
@@ -228,6 +229,48 @@ pub fn role_of_gguf(name: &str) -> Option<Role> {
         .chain(TAIL_TENSORS.iter())
         .find(|e| e.1 == name)
         .map(|e| e.2)
+}
+
+/// The `dflash-draft` names llama.cpp's `dflash` layout spells differently, and its
+/// spelling (`llama-cpp/llama-cpp-dflash-layout.md` §3.1); every other name is shared.
+pub const LLAMA_NAMES: [(&str, &str); 6] = [
+    (gguf::DFLASH_FC, dspark_contract::names::llama_dflash::FC),
+    (
+        gguf::DFLASH_HIDDEN_NORM,
+        dspark_contract::names::llama_dflash::HIDDEN_NORM,
+    ),
+    (
+        gguf::DSPARK_MARKOV_W1,
+        dspark_contract::names::llama_dflash::MARKOV_W1,
+    ),
+    (
+        gguf::DSPARK_MARKOV_W2,
+        dspark_contract::names::llama_dflash::MARKOV_W2,
+    ),
+    (
+        gguf::DSPARK_CONFIDENCE_WEIGHT,
+        dspark_contract::names::llama_dflash::CONF_PROJ,
+    ),
+    (
+        gguf::DSPARK_CONFIDENCE_BIAS,
+        dspark_contract::names::llama_dflash::CONF_PROJ_BIAS,
+    ),
+];
+
+/// A `dflash-draft` tensor name as llama.cpp's layout spells it.
+pub fn llama_name(name: &str) -> &str {
+    LLAMA_NAMES
+        .iter()
+        .find(|(d, _)| *d == name)
+        .map_or(name, |(_, l)| l)
+}
+
+/// A tensor name of either layout as `dflash-draft` spells it.
+pub fn dflash_draft_name(name: &str) -> &str {
+    LLAMA_NAMES
+        .iter()
+        .find(|(_, l)| *l == name)
+        .map_or(name, |(d, _)| d)
 }
 
 /// Why a source tensor that does not map is refused, when the contract cannot carry it.

@@ -19,6 +19,7 @@ use crate::names::{map_source, unrepresentable, Role, LAYER_TENSORS};
 use crate::source::Checkpoint;
 use dspark_contract::names::general as G;
 use dspark_contract::names::keys as K;
+use dspark_contract::names::llama_dflash as L;
 use dspark_contract::names::tensors::{self as T, LayerDims};
 
 /// The architecture string written to `general.architecture`.
@@ -38,6 +39,9 @@ pub const PROVENANCE_PARAMETERS: &str = "provenance.source.parameters";
 pub const PROVENANCE_CONVERTER: &str = "provenance.converter";
 /// `provenance.policy`: the type policy used.
 pub const PROVENANCE_POLICY: &str = "provenance.policy";
+/// `provenance.vocab.sha256`: SHA256 of the target GGUF a llama.cpp-layout drafter's
+/// vocabulary was copied from.
+pub const PROVENANCE_VOCAB_SHA256: &str = "provenance.vocab.sha256";
 
 /// Output type family (`--outtype`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +113,70 @@ impl OutType {
         };
         format!("{m} for fc, attention q/k/v/output, FFN gate/up/down, Markov w1/w2 and any embedding/lm_head{fallback}; F32 for every norm and the confidence head")
     }
+
+    /// [`OutType::policy`] under `layout` (llama.cpp's converter treats the confidence
+    /// weight as a matrix).
+    pub fn policy_for(self, layout: FileLayout) -> String {
+        match layout {
+            FileLayout::DflashDraft => self.policy(),
+            FileLayout::LlamaCpp => {
+                let m = self.label();
+                let fallback = if self == OutType::Q8_0 {
+                    " (F16 when a row is not a multiple of 32)"
+                } else {
+                    ""
+                };
+                format!("{m} for fc, attention q/k/v/output, FFN gate/up/down, Markov w1/w2, the confidence weight and any embedding/lm_head{fallback}; F32 for every norm and the confidence bias")
+            }
+        }
+    }
+}
+
+/// Which drafter layout the output follows (`--layout`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileLayout {
+    /// The generic `dflash-draft` layout (Lucebox's loader; the default).
+    #[default]
+    DflashDraft,
+    /// llama.cpp's `dflash` layout, as its `convert_hf_to_gguf.py` writes it.
+    LlamaCpp,
+}
+
+impl FileLayout {
+    /// Parses `dflash-draft` or `llama.cpp`.
+    pub fn parse(s: &str) -> Option<FileLayout> {
+        match s {
+            "dflash-draft" => Some(FileLayout::DflashDraft),
+            "llama.cpp" => Some(FileLayout::LlamaCpp),
+            _ => None,
+        }
+    }
+
+    /// The `--layout` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileLayout::DflashDraft => "dflash-draft",
+            FileLayout::LlamaCpp => "llama.cpp",
+        }
+    }
+
+    /// `general.architecture`.
+    pub fn arch(self) -> &'static str {
+        match self {
+            FileLayout::DflashDraft => ARCH,
+            FileLayout::LlamaCpp => dspark_contract::llama_dflash::ARCH,
+        }
+    }
+}
+
+/// The target vocabulary a llama.cpp-layout drafter carries (`--vocab-from`): the
+/// target GGUF's `tokenizer.ggml.*` keys, in its order, and that file's SHA256.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CarriedVocab {
+    /// The keys, as the target stores them (its mask id, if any, excluded).
+    pub keys: Vec<(String, Value)>,
+    /// SHA256 of the target file they came from (`provenance.vocab.sha256`).
+    pub sha256: String,
 }
 
 /// Options that shape the output (everything else comes from the source bytes).
@@ -116,6 +184,10 @@ impl OutType {
 pub struct Options {
     /// Output type family.
     pub outtype: OutType,
+    /// Output layout.
+    pub layout: FileLayout,
+    /// The carried vocabulary (required by, and only used for, the llama.cpp layout).
+    pub vocab: Option<CarriedVocab>,
     /// `--name`.
     pub name: Option<String>,
     /// `--source-repo ORG/NAME`.
@@ -132,6 +204,8 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             outtype: OutType::Q8_0,
+            layout: FileLayout::DflashDraft,
+            vocab: None,
             name: None,
             source_repo: None,
             source_revision: None,
@@ -496,9 +570,14 @@ impl Plan {
                 )
             })?;
             let dims: Vec<u64> = shape.iter().rev().copied().collect();
-            let (ty, fallback) = policy_type(m.role, options.outtype, dims[0]);
+            let (ty, fallback) =
+                layout_policy_type(options.layout, m.role, options.outtype, dims[0]);
+            let name = match options.layout {
+                FileLayout::DflashDraft => gguf.clone(),
+                FileLayout::LlamaCpp => crate::names::llama_name(gguf).to_string(),
+            };
             tensors.push(PlannedTensor {
-                name: gguf.clone(),
+                name,
                 source_name: t.name.clone(),
                 source_index: *idx,
                 source_dtype: dtype,
@@ -569,8 +648,7 @@ impl Plan {
                 msg: format!("the planned header does not parse: {e}"),
             },
         )?;
-        let Err(e) = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())
-        else {
+        let Err(e) = dspark_contract::drafter(&file, &dspark_quant::matrix_types()) else {
             return Ok(());
         };
         let f = &e.findings[0];
@@ -589,7 +667,10 @@ impl Plan {
         Err(ConvertError::Config {
             path: self.config.path.clone(),
             key: origin.unwrap_or_else(|| "(the converted file)".to_string()),
-            msg: format!("the dflash-draft contract refuses the result: {f}{more}"),
+            msg: format!(
+                "the {} contract refuses the result: {f}{more}",
+                self.options.layout.name()
+            ),
         })
     }
 
@@ -627,8 +708,8 @@ impl Plan {
 
         put(
             dspark_contract::names::ARCHITECTURE,
-            Value::String(ARCH.into()),
-            "default",
+            Value::String(o.layout.arch().into()),
+            "option: --layout",
         );
         put(G::TYPE, Value::String("model".into()), "default");
         let name_from = if o.name.is_some() {
@@ -692,200 +773,341 @@ impl Plan {
             "derived: heads present and --outtype",
         );
 
-        put(
-            &a(K::CONTEXT_LENGTH),
-            u32_of(&c.max_position_embeddings)?,
-            &c.max_position_embeddings.from,
-        );
-        put(
-            &a(K::EMBEDDING_LENGTH),
-            u32_of(&c.hidden_size)?,
-            &c.hidden_size.from,
-        );
-        put(
-            &a(K::BLOCK_COUNT),
-            u32_of(&c.num_hidden_layers)?,
-            &c.num_hidden_layers.from,
-        );
-        put(
-            &a(K::FEED_FORWARD_LENGTH),
-            u32_of(&c.intermediate_size)?,
-            &c.intermediate_size.from,
-        );
-        put(
-            &a(K::HEAD_COUNT),
-            u32_of(&c.num_attention_heads)?,
-            &c.num_attention_heads.from,
-        );
-        put(
-            &a(K::HEAD_COUNT_KV),
-            u32_of(&c.num_key_value_heads)?,
-            &c.num_key_value_heads.from,
-        );
-        put(&a(K::KEY_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
-        put(&a(K::VALUE_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
-        put(
-            &a(K::RMS_EPS),
-            Value::F32(c.rms_norm_eps.value as f32),
-            &c.rms_norm_eps.from,
-        );
-        put(
-            &a(K::ROPE_FREQ_BASE),
-            Value::F32(c.rope_theta.value as f32),
-            &c.rope_theta.from,
-        );
-        if let Some(rs) = &c.rope_scaling {
+        if o.layout == FileLayout::DflashDraft {
             put(
-                &a(K::ROPE_SCALING_TYPE),
-                Value::String(rs.rope_type.value.clone()),
-                &rs.rope_type.from,
+                &a(K::CONTEXT_LENGTH),
+                u32_of(&c.max_position_embeddings)?,
+                &c.max_position_embeddings.from,
             );
             put(
-                &a(K::ROPE_SCALING_FACTOR),
-                Value::F32(rs.factor.value as f32),
-                &rs.factor.from,
+                &a(K::EMBEDDING_LENGTH),
+                u32_of(&c.hidden_size)?,
+                &c.hidden_size.from,
             );
-            if let Some(orig) = &rs.original_max_position_embeddings {
+            put(
+                &a(K::BLOCK_COUNT),
+                u32_of(&c.num_hidden_layers)?,
+                &c.num_hidden_layers.from,
+            );
+            put(
+                &a(K::FEED_FORWARD_LENGTH),
+                u32_of(&c.intermediate_size)?,
+                &c.intermediate_size.from,
+            );
+            put(
+                &a(K::HEAD_COUNT),
+                u32_of(&c.num_attention_heads)?,
+                &c.num_attention_heads.from,
+            );
+            put(
+                &a(K::HEAD_COUNT_KV),
+                u32_of(&c.num_key_value_heads)?,
+                &c.num_key_value_heads.from,
+            );
+            put(&a(K::KEY_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
+            put(&a(K::VALUE_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
+            put(
+                &a(K::RMS_EPS),
+                Value::F32(c.rms_norm_eps.value as f32),
+                &c.rms_norm_eps.from,
+            );
+            put(
+                &a(K::ROPE_FREQ_BASE),
+                Value::F32(c.rope_theta.value as f32),
+                &c.rope_theta.from,
+            );
+            if let Some(rs) = &c.rope_scaling {
                 put(
-                    &a(K::ROPE_SCALING_ORIGINAL_CONTEXT),
-                    u32_of(orig)?,
-                    &orig.from,
+                    &a(K::ROPE_SCALING_TYPE),
+                    Value::String(rs.rope_type.value.clone()),
+                    &rs.rope_type.from,
+                );
+                put(
+                    &a(K::ROPE_SCALING_FACTOR),
+                    Value::F32(rs.factor.value as f32),
+                    &rs.factor.from,
+                );
+                if let Some(orig) = &rs.original_max_position_embeddings {
+                    put(
+                        &a(K::ROPE_SCALING_ORIGINAL_CONTEXT),
+                        u32_of(orig)?,
+                        &orig.from,
+                    );
+                }
+                if let Some(b) = &rs.beta_fast {
+                    put(
+                        &a(K::ROPE_SCALING_YARN_BETA_FAST),
+                        Value::F32(b.value as f32),
+                        &b.from,
+                    );
+                }
+                if let Some(b) = &rs.beta_slow {
+                    put(
+                        &a(K::ROPE_SCALING_YARN_BETA_SLOW),
+                        Value::F32(b.value as f32),
+                        &b.from,
+                    );
+                }
+                if let Some(f) = &rs.attention_factor {
+                    put(
+                        &a(K::ROPE_SCALING_ATTN_FACTOR),
+                        Value::F32(f.value as f32),
+                        &f.from,
+                    );
+                }
+            }
+            put(
+                &a(K::VOCAB_SIZE),
+                u32_of(&c.vocab_size)?,
+                &c.vocab_size.from,
+            );
+            put(
+                &a(K::DFLASH_BLOCK_SIZE),
+                u32_of(&c.block_size)?,
+                &c.block_size.from,
+            );
+            put(
+                &a(K::DFLASH_N_TARGET_LAYERS),
+                small(g.n_cap, "target_layer_ids")?,
+                &format!("derived: length of {}", c.target_layer_ids.from),
+            );
+            put(
+                &a(K::DFLASH_N_TARGET_FEATURES),
+                small(g.n_cap * g.hidden, "fc.weight")?,
+                "derived: captured layers × hidden_size (fc.weight input width)",
+            );
+            put(
+                &a(K::DFLASH_TARGET_LAYER_IDS),
+                Value::Array(Array::I32(
+                    c.target_layer_ids.value.iter().map(|&x| x as i32).collect(),
+                )),
+                &c.target_layer_ids.from,
+            );
+            if let Some(depth) = &c.num_target_layers {
+                put(
+                    &a(K::DFLASH_TARGET_BLOCK_COUNT),
+                    u32_of(depth)?,
+                    &depth.from,
                 );
             }
-            if let Some(b) = &rs.beta_fast {
-                put(
-                    &a(K::ROPE_SCALING_YARN_BETA_FAST),
-                    Value::F32(b.value as f32),
-                    &b.from,
-                );
+            let target_hidden_from = c.target_hidden_size.as_ref().map_or(
+                "derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(),
+                |t| t.from.clone(),
+            );
+            put(
+                &a(K::DFLASH_TARGET_HIDDEN_SIZE),
+                u32_of(&c.hidden_size)?,
+                &target_hidden_from,
+            );
+            if let Some(mask) = &c.mask_token_id {
+                put(&a(K::DFLASH_MASK_TOKEN_ID), u32_of(mask)?, &mask.from);
             }
-            if let Some(b) = &rs.beta_slow {
+            let (anchor, anchor_from) = match &c.sample_from_anchor {
+                Some(s) => (s.value, s.from.clone()),
+                None => (
+                    g.markov_rank.is_some(),
+                    "derived: true with a Markov head (DSpark), false without (DFlash)".to_string(),
+                ),
+            };
+            put(
+                &a(K::DFLASH_SAMPLE_FROM_ANCHOR),
+                Value::Bool(anchor),
+                &anchor_from,
+            );
+            if let (Some(r), Some(v)) = (g.markov_rank, g.markov_vocab) {
                 put(
-                    &a(K::ROPE_SCALING_YARN_BETA_SLOW),
-                    Value::F32(b.value as f32),
-                    &b.from,
+                    &a(K::DSPARK_ENABLED),
+                    Value::U32(1),
+                    "derived: Markov head tensors present",
                 );
-            }
-            if let Some(f) = &rs.attention_factor {
+                let rank_from = c
+                    .markov_rank
+                    .as_ref()
+                    .map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
                 put(
-                    &a(K::ROPE_SCALING_ATTN_FACTOR),
-                    Value::F32(f.value as f32),
-                    &f.from,
+                    &a(K::DSPARK_MARKOV_RANK),
+                    small(r, "markov_rank")?,
+                    &rank_from,
                 );
-            }
-        }
-        put(
-            &a(K::VOCAB_SIZE),
-            u32_of(&c.vocab_size)?,
-            &c.vocab_size.from,
-        );
-        put(
-            &a(K::DFLASH_BLOCK_SIZE),
-            u32_of(&c.block_size)?,
-            &c.block_size.from,
-        );
-        put(
-            &a(K::DFLASH_N_TARGET_LAYERS),
-            small(g.n_cap, "target_layer_ids")?,
-            &format!("derived: length of {}", c.target_layer_ids.from),
-        );
-        put(
-            &a(K::DFLASH_N_TARGET_FEATURES),
-            small(g.n_cap * g.hidden, "fc.weight")?,
-            "derived: captured layers × hidden_size (fc.weight input width)",
-        );
-        put(
-            &a(K::DFLASH_TARGET_LAYER_IDS),
-            Value::Array(Array::I32(
-                c.target_layer_ids.value.iter().map(|&x| x as i32).collect(),
-            )),
-            &c.target_layer_ids.from,
-        );
-        if let Some(depth) = &c.num_target_layers {
-            put(
-                &a(K::DFLASH_TARGET_BLOCK_COUNT),
-                u32_of(depth)?,
-                &depth.from,
-            );
-        }
-        let target_hidden_from = c.target_hidden_size.as_ref().map_or(
-            "derived: hidden_size (the fc input is captured layers × hidden_size)".to_string(),
-            |t| t.from.clone(),
-        );
-        put(
-            &a(K::DFLASH_TARGET_HIDDEN_SIZE),
-            u32_of(&c.hidden_size)?,
-            &target_hidden_from,
-        );
-        if let Some(mask) = &c.mask_token_id {
-            put(&a(K::DFLASH_MASK_TOKEN_ID), u32_of(mask)?, &mask.from);
-        }
-        let (anchor, anchor_from) = match &c.sample_from_anchor {
-            Some(s) => (s.value, s.from.clone()),
-            None => (
-                g.markov_rank.is_some(),
-                "derived: true with a Markov head (DSpark), false without (DFlash)".to_string(),
-            ),
-        };
-        put(
-            &a(K::DFLASH_SAMPLE_FROM_ANCHOR),
-            Value::Bool(anchor),
-            &anchor_from,
-        );
-        if let (Some(r), Some(v)) = (g.markov_rank, g.markov_vocab) {
-            put(
-                &a(K::DSPARK_ENABLED),
-                Value::U32(1),
-                "derived: Markov head tensors present",
-            );
-            let rank_from = c
-                .markov_rank
-                .as_ref()
-                .map_or("derived: markov_w1 columns".to_string(), |s| s.from.clone());
-            put(
-                &a(K::DSPARK_MARKOV_RANK),
-                small(r, "markov_rank")?,
-                &rank_from,
-            );
-            put(
-                &a(K::DSPARK_VOCAB_SIZE),
-                small(v, "vocab_size")?,
-                "derived: markov_w2 rows",
-            );
-            if let Some(cd) = g.confidence_dim {
+                put(
+                    &a(K::DSPARK_VOCAB_SIZE),
+                    small(v, "vocab_size")?,
+                    "derived: markov_w2 rows",
+                );
+                if let Some(cd) = g.confidence_dim {
+                    put(
+                        &a(K::DSPARK_CONFIDENCE_DIM),
+                        small(cd, "confidence_head.proj.weight")?,
+                        "derived: confidence_head.proj.weight columns",
+                    );
+                }
+                let head_type_from = c
+                    .markov_head_type
+                    .as_ref()
+                    .map_or("default".to_string(), |s| s.from.clone());
+                put(
+                    &a(K::DSPARK_MARKOV_HEAD_TYPE),
+                    Value::String("vanilla".into()),
+                    &head_type_from,
+                );
+                let with_markov = g.confidence_dim.is_some_and(|cd| cd != g.hidden);
+                let wm_from = c.confidence_head_with_markov.as_ref().map_or(
+                    "derived: confidence width = hidden + rank".to_string(),
+                    |s| s.from.clone(),
+                );
+                put(
+                    &a(K::DSPARK_CONFIDENCE_WITH_MARKOV),
+                    Value::Bool(with_markov),
+                    &wm_from,
+                );
+            } else if let Some(cd) = g.confidence_dim {
                 put(
                     &a(K::DSPARK_CONFIDENCE_DIM),
                     small(cd, "confidence_head.proj.weight")?,
                     "derived: confidence_head.proj.weight columns",
                 );
             }
-            let head_type_from = c
-                .markov_head_type
-                .as_ref()
-                .map_or("default".to_string(), |s| s.from.clone());
+        } else {
+            let l = |k: &str| dspark_contract::names::key(L::ARCH, k);
             put(
-                &a(K::DSPARK_MARKOV_HEAD_TYPE),
-                Value::String("vanilla".into()),
-                &head_type_from,
-            );
-            let with_markov = g.confidence_dim.is_some_and(|cd| cd != g.hidden);
-            let wm_from = c.confidence_head_with_markov.as_ref().map_or(
-                "derived: confidence width = hidden + rank".to_string(),
-                |s| s.from.clone(),
+                &l(K::BLOCK_COUNT),
+                u32_of(&c.num_hidden_layers)?,
+                &c.num_hidden_layers.from,
             );
             put(
-                &a(K::DSPARK_CONFIDENCE_WITH_MARKOV),
-                Value::Bool(with_markov),
-                &wm_from,
+                &l(K::CONTEXT_LENGTH),
+                u32_of(&c.max_position_embeddings)?,
+                &c.max_position_embeddings.from,
             );
-        } else if let Some(cd) = g.confidence_dim {
             put(
-                &a(K::DSPARK_CONFIDENCE_DIM),
-                small(cd, "confidence_head.proj.weight")?,
-                "derived: confidence_head.proj.weight columns",
+                &l(K::EMBEDDING_LENGTH),
+                u32_of(&c.hidden_size)?,
+                &c.hidden_size.from,
             );
+            put(
+                &l(K::FEED_FORWARD_LENGTH),
+                u32_of(&c.intermediate_size)?,
+                &c.intermediate_size.from,
+            );
+            put(
+                &l(K::HEAD_COUNT),
+                u32_of(&c.num_attention_heads)?,
+                &c.num_attention_heads.from,
+            );
+            put(
+                &l(K::HEAD_COUNT_KV),
+                u32_of(&c.num_key_value_heads)?,
+                &c.num_key_value_heads.from,
+            );
+            if let Some(rs) = &c.rope_scaling {
+                put(
+                    &l(K::ROPE_SCALING_TYPE),
+                    Value::String(rs.rope_type.value.clone()),
+                    &rs.rope_type.from,
+                );
+                put(
+                    &l(K::ROPE_SCALING_FACTOR),
+                    Value::F32(rs.factor.value as f32),
+                    &rs.factor.from,
+                );
+                if let Some(orig) = &rs.original_max_position_embeddings {
+                    put(
+                        &l(K::ROPE_SCALING_ORIGINAL_CONTEXT),
+                        u32_of(orig)?,
+                        &orig.from,
+                    );
+                }
+                if let Some(f) = &rs.attention_factor {
+                    put(
+                        &l(K::ROPE_SCALING_ATTN_FACTOR),
+                        Value::F32(f.value as f32),
+                        &f.from,
+                    );
+                }
+                if let Some(b) = &rs.beta_fast {
+                    put(
+                        &l(K::ROPE_SCALING_YARN_BETA_FAST),
+                        Value::F32(b.value as f32),
+                        &b.from,
+                    );
+                }
+                if let Some(b) = &rs.beta_slow {
+                    put(
+                        &l(K::ROPE_SCALING_YARN_BETA_SLOW),
+                        Value::F32(b.value as f32),
+                        &b.from,
+                    );
+                }
+            }
+            put(
+                &l(K::ROPE_FREQ_BASE),
+                Value::F32(c.rope_theta.value as f32),
+                &c.rope_theta.from,
+            );
+            put(
+                &l(K::RMS_EPS),
+                Value::F32(c.rms_norm_eps.value as f32),
+                &c.rms_norm_eps.from,
+            );
+            put(&l(K::KEY_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
+            put(&l(K::VALUE_LENGTH), u32_of(&c.head_dim)?, &c.head_dim.from);
+            put(
+                &l(L::BLOCK_SIZE),
+                u32_of(&c.block_size)?,
+                &c.block_size.from,
+            );
+            put(
+                &l(L::TARGET_LAYERS),
+                Value::Array(Array::I32(
+                    c.target_layer_ids
+                        .value
+                        .iter()
+                        .map(|&x| x as i32 + 1)
+                        .collect(),
+                )),
+                &format!(
+                    "derived: {} + 1 (llama.cpp counts layer inputs)",
+                    c.target_layer_ids.from
+                ),
+            );
+            if g.markov_rank.is_some() {
+                let (anchor, anchor_from) = match &c.sample_from_anchor {
+                    Some(s) => (s.value, s.from.clone()),
+                    None => (
+                        true,
+                        "derived: true with a Markov head (DSpark)".to_string(),
+                    ),
+                };
+                put(&l(L::SAMPLE_FROM_ANCHOR), Value::Bool(anchor), &anchor_from);
+                put(
+                    &l(L::HAS_CONFIDENCE_HEAD),
+                    Value::Bool(g.confidence_dim.is_some()),
+                    "derived: confidence head tensors present",
+                );
+            } else if c.sample_from_anchor.as_ref().is_some_and(|s| s.value) {
+                let s = c.sample_from_anchor.as_ref().expect("checked");
+                return Err(ConvertError::Config {
+                    path: c.path.clone(),
+                    key: s.from.clone(),
+                    msg: "is true, but without a Markov head llama.cpp drafts DFlash-style, from rows 1..B-1: not representable in the llama.cpp layout".into(),
+                });
+            }
+            let vocab = o.vocab.as_ref().ok_or_else(|| ConvertError::Config {
+                path: c.path.clone(),
+                key: "(--vocab-from)".into(),
+                msg: "the llama.cpp layout carries the target's vocabulary: give --vocab-from TARGET.gguf".into(),
+            })?;
+            for (k, v) in &vocab.keys {
+                put(k, v.clone(), "option: --vocab-from");
+            }
+            if let Some(mask) = &c.mask_token_id {
+                put(
+                    dspark_contract::names::tokenizer::MASK_ID,
+                    u32_of(mask)?,
+                    &mask.from,
+                );
+            }
         }
-
         let repo_from = if o.source_repo.is_some() {
             "option: --source-repo"
         } else {
@@ -926,9 +1148,20 @@ impl Plan {
         );
         put(
             PROVENANCE_POLICY,
-            Value::String(o.outtype.policy()),
+            Value::String(o.outtype.policy_for(o.layout)),
             "option: --outtype",
         );
+        if let Some(v) = o
+            .vocab
+            .as_ref()
+            .filter(|_| o.layout == FileLayout::LlamaCpp)
+        {
+            put(
+                PROVENANCE_VOCAB_SHA256,
+                Value::String(v.sha256.clone()),
+                "option: --vocab-from",
+            );
+        }
         Ok(m)
     }
 
@@ -987,6 +1220,23 @@ impl Plan {
     /// The default output file name: `<name>-<TYPE>.gguf`.
     pub fn default_file_name(&self) -> String {
         default_file_name(&self.name, self.options.outtype)
+    }
+}
+
+/// The type policy of `layout`: [`policy_type`], except that llama.cpp's converter
+/// writes the confidence head's weight, a one-row matrix, at the output type (F16 when
+/// its row is not whole blocks, `llama-cpp-dflash-layout.md` §3.3).
+pub fn layout_policy_type(
+    layout: FileLayout,
+    role: Role,
+    outtype: OutType,
+    ne0: u64,
+) -> (GgmlType, Option<String>) {
+    match (layout, role) {
+        (FileLayout::LlamaCpp, Role::ConfidenceWeight) => {
+            policy_type(Role::Projection, outtype, ne0)
+        }
+        _ => policy_type(role, outtype, ne0),
     }
 }
 

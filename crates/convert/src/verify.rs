@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::config::DraftConfig;
 use crate::error::Result;
 use crate::names::LAYER_TENSORS;
-use crate::plan::{Options, OutType, Plan};
+use crate::plan::{CarriedVocab, FileLayout, Options, OutType, Plan};
 use crate::report::{same_figure, value_json, Report};
 use crate::source::Checkpoint;
 use crate::write::{chunks, compute_chunk, hex};
@@ -39,6 +39,7 @@ pub fn check_output_contract(file: &GgufFile<'_>) -> Vec<String> {
 }
 
 fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
+    let layout = options_from_file(file).layout;
     let files = match file.get(crate::plan::PROVENANCE_FILES) {
         Some(Value::Array(Array::String(v))) => v.len(),
         _ => {
@@ -102,7 +103,7 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
                         continue;
                     };
                     let ne0 = t.dims.first().copied().unwrap_or(1);
-                    let (want, _) = crate::plan::policy_type(role, o, ne0);
+                    let (want, _) = crate::plan::layout_policy_type(layout, role, o, ne0);
                     if t.ty != want {
                         f.push(format!(
                             "general.file_type says {}, so tensor `{}` ({}) should be {want}, but it is {}",
@@ -129,6 +130,7 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
 
 fn canonical_rank(gguf: &str) -> (u32, u64, u32) {
     use crate::names::{HEAD_TENSORS, TAIL_TENSORS};
+    let gguf = crate::names::dflash_draft_name(gguf);
     if let Some(i) = HEAD_TENSORS.iter().position(|t| t.1 == gguf) {
         return (0, 0, i as u32);
     }
@@ -243,8 +245,30 @@ pub fn options_from_file(file: &GgufFile<'_>) -> Options {
     let source_repo = file
         .get(G::SOURCE_REPO_URL)
         .and(s(crate::plan::PROVENANCE_REPOSITORY));
+    let layout = match file
+        .get(dspark_contract::names::ARCHITECTURE)
+        .and_then(Value::as_str)
+    {
+        Some(dspark_contract::llama_dflash::ARCH) => FileLayout::LlamaCpp,
+        _ => FileLayout::DflashDraft,
+    };
+    // The carried vocabulary is part of the file: a fresh conversion copies it back.
+    let vocab = (layout == FileLayout::LlamaCpp).then(|| CarriedVocab {
+        keys: file
+            .kvs()
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("tokenizer.")
+                    && k.as_str() != dspark_contract::names::tokenizer::MASK_ID
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        sha256: s(crate::plan::PROVENANCE_VOCAB_SHA256).unwrap_or_default(),
+    });
     Options {
         outtype,
+        layout,
+        vocab,
         name: s(G::NAME),
         source_repo,
         source_revision: s(crate::plan::PROVENANCE_REVISION).filter(|r| r != "unknown"),

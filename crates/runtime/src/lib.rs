@@ -39,6 +39,7 @@
 
 pub mod cache;
 pub mod error;
+pub mod eval;
 pub mod generate;
 pub mod memory;
 pub mod models;

@@ -106,7 +106,7 @@ impl Drafter {
         };
         let confidence = match file.confidence() {
             Some(c) => Some(Confidence {
-                weight: vector(&c.weight)?,
+                weight: row_vector(&c.weight)?,
                 bias: vector(&c.bias)?[0],
             }),
             None => None,
@@ -137,11 +137,11 @@ impl Drafter {
         })
     }
 
-    /// Parses `bytes`, checks them against the `dflash-draft` contract with this build's
-    /// kernels and against `target`, and loads them.
+    /// Parses `bytes`, checks them against their drafter layout's contract with this
+    /// build's kernels and against `target`, and loads them.
     pub fn open(bytes: ModelBytes, target: &TargetShape) -> Result<Drafter> {
         let file = dspark_gguf::GgufFile::parse((*bytes).as_ref())?;
-        let checked = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types())?;
+        let checked = dspark_contract::drafter(&file, &dspark_quant::matrix_types())?;
         Drafter::load(bytes.clone(), &checked, target)
     }
 
@@ -219,6 +219,7 @@ impl Drafter {
             model: Arc::clone(self),
             cache,
             len: 0,
+            markov_bias: true,
         })
     }
 
@@ -238,14 +239,46 @@ impl Drafter {
     }
 }
 
+/// A one-row tensor's values as f32: F32 vectors as they are, a one-row matrix of any
+/// kernel type (llama.cpp's `conf_proj.weight` is written at the output type) decoded;
+/// refused when a value is not finite.
+fn row_vector(t: &dspark_contract::TensorRef<'_>) -> Result<Vec<f32>> {
+    if t.ty == dspark_gguf::GgmlType::F32 {
+        return vector(t);
+    }
+    let m = dspark_quant::gemm::Matrix::new(t.ty, t.rows, t.cols, t.data).ok_or_else(|| {
+        RuntimeError::tensor(
+            t.name,
+            format!("{} rows of {} cannot be decoded", t.ty, t.cols),
+        )
+    })?;
+    let mut v = vec![0.0f32; t.cols];
+    m.row_f32(0, &mut v);
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(RuntimeError::tensor(
+            t.name,
+            format!("value {i} is not finite"),
+        )),
+        None => Ok(v),
+    }
+}
+
 /// One sequence's drafter state: the context K/V of every committed position.
 pub struct DraftSession {
     model: Arc<Drafter>,
     cache: KvCache,
     len: usize,
+    markov_bias: bool,
 }
 
 impl DraftSession {
+    /// Whether drafts add the Markov head's bias to the base logits (the default; off
+    /// for ablations, which then draft from the base logits alone; the confidence head
+    /// still reads the Markov embedding of the previous draft).
+    pub fn set_markov_bias(&mut self, on: bool) {
+        self.markov_bias = on;
+    }
+
     /// The drafter.
     pub fn model(&self) -> &Arc<Drafter> {
         &self.model
@@ -411,7 +444,8 @@ impl DraftSession {
         let mut drafted = Vec::with_capacity(rows);
         let mut confidences = Vec::new();
         let mut prev = anchor;
-        let mut bias = vec![0.0f32; if model.markov.is_some() { vocab } else { 0 }];
+        let biased = model.markov.is_some() && self.markov_bias;
+        let mut bias = vec![0.0f32; if biased { vocab } else { 0 }];
         let mut e = Vec::new();
         let markov = model
             .markov
@@ -424,7 +458,9 @@ impl DraftSession {
                 // anchor from the target or a draft from these logits) is a row of W1.
                 e.resize(w1.cols, 0.0);
                 w1.row_f32(prev as usize, &mut e);
-                gemm(w2, &e, &mut bias);
+                if biased {
+                    gemm(w2, &e, &mut bias);
+                }
             }
             if let Some(conf) = &model.confidence {
                 let mut s = conf.bias
