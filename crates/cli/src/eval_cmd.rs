@@ -185,7 +185,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             .session(positions)
             .map_err(|e| runtime_error(&a.target, e))?;
         let t = Instant::now();
-        let ar = autoregressive(&mut session, &req, &mut Plain)
+        let ar = crate::on_pool(|| autoregressive(&mut session, &req, &mut Plain))
             .map_err(|e| runtime_error(&a.target, e))?;
         let ar_s = t.elapsed().as_secs_f64();
         if CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
@@ -203,7 +203,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             mine: Acceptance::default(),
         };
         let t = Instant::now();
-        let sp = speculative(&mut session, &mut ds, &req, &mut rounds)
+        let sp = crate::on_pool(|| speculative(&mut session, &mut ds, &req, &mut rounds))
             .map_err(|e| runtime_error(&a.target, e))?;
         let sp_s = t.elapsed().as_secs_f64();
         if CANCEL.load(std::sync::atomic::Ordering::SeqCst) {

@@ -80,7 +80,7 @@ pub struct GenerateArgs {
 /// Streams committed tokens to stdout and rounds to the trace.
 struct Printer<'t> {
     stream: Option<TextStream<'t>>,
-    stdout: Option<std::io::StdoutLock<'static>>,
+    stdout: Option<std::io::Stdout>,
     ids: usize,
     trace: Option<BufWriter<&'t std::fs::File>>,
     error: Option<std::io::Error>,
@@ -345,15 +345,15 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             .as_deref()
             .filter(|_| !a.json)
             .map(Tokenizer::stream),
-        stdout: (!a.json).then(|| std::io::stdout().lock()),
+        stdout: (!a.json).then(std::io::stdout),
         ids: 0,
         trace: trace_file.as_ref().map(|f| BufWriter::new(f.file())),
         error: None,
     };
-    let result = match draft_session.as_mut() {
+    let result = crate::on_pool(|| match draft_session.as_mut() {
         None => autoregressive(&mut session, &req, &mut printer),
         Some(d) => speculative(&mut session, d, &req, &mut printer),
-    };
+    });
     if !a.json {
         printer.write(b"\n");
     }

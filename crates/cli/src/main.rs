@@ -81,6 +81,15 @@ pub fn start_threads(requested: Option<usize>) -> usize {
     n
 }
 
+/// Runs `f` on a worker of the global pool, the caller blocking until it is done. The
+/// runtime's kernels split every matrix product across the pool; from a worker, a split
+/// runs its first part in place and waits by stealing work, where from the main thread
+/// every product would be handed over and waited for through a futex (on a small target,
+/// a context switch per product: with one thread, half the decode time).
+pub fn on_pool<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    rayon::scope(|_| f())
+}
+
 /// How a command ended, beyond success.
 #[derive(Debug)]
 pub enum Outcome {

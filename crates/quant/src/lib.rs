@@ -86,6 +86,12 @@ pub struct Kernels {
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
     /// `y += s·x`, within rounding of [`vector::axpy_ref`] (fused multiply-add).
     pub axpy_f32: fn(&mut [f32], f32, &[f32]),
+    /// One query against keys at a stride ([`vector::dots_ref`]), each dot the same bits
+    /// as [`Kernels::dot_f32`].
+    pub dots_f32: fn(&[f32], &[f32], usize, &mut [f32]),
+    /// Weighted values at a stride summed in order ([`vector::axpys_ref`]), each step the
+    /// same bits as [`Kernels::axpy_f32`].
+    pub axpys_f32: fn(&mut [f32], &[f32], &[f32], usize),
 }
 
 impl Kernels {
@@ -97,6 +103,8 @@ impl Kernels {
             error_sums: error::error_sums_ref,
             dot_f32: vector::dot_ref,
             axpy_f32: vector::axpy_ref,
+            dots_f32: vector::dots_ref,
+            axpys_f32: vector::axpys_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -116,6 +124,14 @@ impl Kernels {
             k.axpy_f32 = |y, s, x| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::axpy_avx2(y, s, x) }
+            };
+            k.dots_f32 = |q, keys, stride, out| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::dots_avx2(q, keys, stride, out) }
+            };
+            k.axpys_f32 = |y, w, values, stride| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::axpys_avx2(y, w, values, stride) }
             };
         }
         k

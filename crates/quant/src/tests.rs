@@ -483,6 +483,49 @@ fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
 
 /// The attention vector kernels against their references: the dot product within the
 /// gemm tolerance of `Σ |a·b|`, `y += s·x` within one rounding per element.
+/// The strided kernels are their one-row kernels in a loop, bit for bit, for every
+/// kernel set, and refuse a last row outside the buffer.
+#[test]
+fn strided_vector_kernels_equal_their_one_row_kernels() {
+    let mut rng = Rng(56);
+    for k in fast_kernels() {
+        for (len, stride, count) in [
+            (64, 128, 37),
+            (16, 16, 5),
+            (13, 40, 9),
+            (64, 64, 0),
+            (8, 8, 1),
+        ] {
+            let keys: Vec<f32> = (0..stride * count.max(1)).map(|_| rng.normal()).collect();
+            let q: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+            let mut out = vec![0.0; count];
+            (k.dots_f32)(&q, &keys, stride, &mut out);
+            for (p, o) in out.iter().enumerate() {
+                assert_eq!(
+                    o.to_bits(),
+                    (k.dot_f32)(&q, &keys[p * stride..p * stride + len]).to_bits()
+                );
+            }
+            let w: Vec<f32> = (0..count).map(|_| rng.normal()).collect();
+            let (mut y1, mut y2) = (q.clone(), q.clone());
+            (k.axpys_f32)(&mut y1, &w, &keys, stride);
+            for (p, &wp) in w.iter().enumerate() {
+                (k.axpy_f32)(&mut y2, wp, &keys[p * stride..p * stride + len]);
+            }
+            assert_eq!(
+                y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                y2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        let short = vec![0.0f32; 100];
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0.0; 3];
+            (k.dots_f32)(&[0.0; 8], &short, 48, &mut out)
+        });
+        assert!(r.is_err(), "{}: a row past the end must be refused", k.isa);
+    }
+}
+
 #[test]
 fn vector_kernels_are_within_tolerance_of_the_references() {
     let mut rng = Rng(55);

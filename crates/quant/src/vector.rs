@@ -24,5 +24,43 @@ pub fn axpy_ref(y: &mut [f32], s: f32, x: &[f32]) {
     }
 }
 
+/// `out[p] = dot(q, keys[p·stride .. p·stride + q.len()])` for every `p < out.len()`:
+/// one query against keys laid out at a fixed stride (a KV cache's rows), each exactly as
+/// [`dot_ref`] computes it.
+///
+/// # Panics
+/// If the last key does not fit in `keys`.
+pub fn dots_ref(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    check_strided(q.len(), keys.len(), stride, out.len());
+    for (p, o) in out.iter_mut().enumerate() {
+        *o = dot_ref(q, &keys[p * stride..p * stride + q.len()]);
+    }
+}
+
+/// `y += Σ_p weights[p] · values[p·stride .. p·stride + y.len()]`, position by position in
+/// order, each step exactly as [`axpy_ref`] computes it.
+///
+/// # Panics
+/// If the last value does not fit in `values`.
+pub fn axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+    check_strided(y.len(), values.len(), stride, weights.len());
+    for (p, &w) in weights.iter().enumerate() {
+        axpy_ref(y, w, &values[p * stride..p * stride + y.len()]);
+    }
+}
+
+/// Row `count − 1` of `len` values at `stride` lies inside `total` values.
+pub(crate) fn check_strided(len: usize, total: usize, stride: usize, count: usize) {
+    if count > 0 {
+        let end = (count - 1)
+            .checked_mul(stride)
+            .and_then(|s| s.checked_add(len));
+        assert!(
+            end.is_some_and(|e| e <= total),
+            "{count} rows of {len} at stride {stride} do not fit in {total} values"
+        );
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;

@@ -8,6 +8,7 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 pub(crate) unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot lengths");
     let n = a.len();
@@ -50,6 +51,7 @@ pub(crate) unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 pub(crate) unsafe fn axpy_avx2(y: &mut [f32], s: f32, x: &[f32]) {
     assert_eq!(y.len(), x.len(), "axpy lengths");
     let n = y.len();
@@ -66,5 +68,33 @@ pub(crate) unsafe fn axpy_avx2(y: &mut [f32], s: f32, x: &[f32]) {
     }
     for k in i..n {
         y[k] = s.mul_add(x[k], y[k]);
+    }
+}
+
+/// [`super::dots_ref`] with [`dot_avx2`] for each key, in one call (one dispatch for all
+/// the keys of an attention row; each dot the same bits as a call of its own).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    super::check_strided(q.len(), keys.len(), stride, out.len());
+    for (p, o) in out.iter_mut().enumerate() {
+        // SAFETY: the features are this function's; the slice is inside `keys` (checked).
+        *o = unsafe { dot_avx2(q, &keys[p * stride..p * stride + q.len()]) };
+    }
+}
+
+/// [`super::axpys_ref`] with [`axpy_avx2`] for each value, in one call.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn axpys_avx2(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+    super::check_strided(y.len(), values.len(), stride, weights.len());
+    let len = y.len();
+    for (p, &w) in weights.iter().enumerate() {
+        // SAFETY: the features are this function's; the slice is inside `values` (checked).
+        unsafe { axpy_avx2(y, w, &values[p * stride..p * stride + len]) };
     }
 }

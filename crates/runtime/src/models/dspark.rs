@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
 use crate::memory::try_zeroed;
-use crate::nn::attention::attend_group;
+use crate::nn::attention::{attend_group, Span};
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rope_heads, rope_tables, Rope, Yarn};
@@ -404,23 +404,20 @@ impl DraftSession {
                 || Vec::with_capacity(group * (len + b)),
                 |scores, (i, out)| {
                     let kvh = i % c.kv_heads;
-                    let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
-                    let key = |p: usize| -> &[f32] {
-                        if p < len {
-                            &kc[span(p)]
-                        } else {
-                            &k[span(p - len)]
-                        }
-                    };
-                    let value = |p: usize| -> &[f32] {
-                        if p < len {
-                            &vc[span(p)]
-                        } else {
-                            &v[span(p - len)]
-                        }
-                    };
+                    let spans = [
+                        Span {
+                            keys: &kc[kvh * hd..],
+                            values: &vc[kvh * hd..],
+                            count: len,
+                        },
+                        Span {
+                            keys: &k[kvh * hd..],
+                            values: &v[kvh * hd..],
+                            count: b,
+                        },
+                    ];
                     let qs = &q[i * group * hd..(i + 1) * group * hd];
-                    attend_group(qs, hd, len + b, key, value, scores, out);
+                    attend_group(qs, hd, kvd, &spans, scores, out);
                 },
             );
             lw.output_residual(bytes, &attn, &mut z);

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
 use crate::memory::try_zeroed;
-use crate::nn::attention::attend_group;
+use crate::nn::attention::{attend_group, Span};
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rope_heads, rope_tables, Rope};
@@ -304,13 +304,16 @@ impl Target for Qwen3Session {
                 || Vec::with_capacity(group * (p0 + n)),
                 |scores, (i, out)| {
                     let (t, kvh) = (i / c.kv_heads, i % c.kv_heads);
-                    let span = |p: usize| p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd;
+                    let span = Span {
+                        keys: &kc[kvh * hd..],
+                        values: &vc[kvh * hd..],
+                        count: p0 + t + 1,
+                    };
                     attend_group(
                         &q[i * group * hd..(i + 1) * group * hd],
                         hd,
-                        p0 + t + 1,
-                        |p| &kc[span(p)],
-                        |p| &vc[span(p)],
+                        kvd,
+                        &[span],
                         scores,
                         out,
                     );
