@@ -242,7 +242,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         "kernels": dspark_quant::kernels().isa,
         "context": context,
     });
-    let measured = (|| -> Result<()> {
+    // On a pool worker, like generate and eval: the steps are timed as they run there.
+    let measured = crate::on_pool(|| -> Result<()> {
         let bandwidth = memory_bandwidth()?;
         doc["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
         let bound = |b: u64| b as f64 / bandwidth * 1e3;
@@ -382,7 +383,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         }
 
         Ok(())
-    })();
+    });
     let interrupted = match measured {
         Ok(()) => false,
         Err(e) if e.downcast_ref::<crate::Interrupted>().is_some() => true,
