@@ -4,6 +4,7 @@
 //! with `$DSPARK_PYTHON` (default `python3`); they fail, not skip, when it is missing:
 //! run the README's test command, which installs it.
 
+mod code_pair;
 mod common;
 mod eval;
 mod llama_layout;

@@ -18,7 +18,7 @@ fn python() -> String {
 }
 
 /// Runs the independent llama-layout checker; fails the test if it fails.
-fn check_llama_layout(draft: &Path, target: &Path, dflash_draft: &Path) {
+pub fn check_llama_layout(draft: &Path, target: &Path, dflash_draft: &Path) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/check_llama_layout.py");
     let o = Command::new(python())

@@ -1,0 +1,188 @@
+//! The committed trained pair (`examples/code-pair/`, made by `train/`): its SpecForge
+//! checkpoint converts in both layouts (each proved by `verify --source` and an
+//! independent gguf-py checker, reproducibly), both files run the same speculation, whose
+//! output equals plain decoding, with the acceptance a trained drafter has and the Markov
+//! head's share of it; and plain decoding reproduces llama.cpp's greedy text on the
+//! target (`llama-greedy.jsonl`, written by `train/llama_greedy.py`).
+
+use std::fs;
+use std::path::PathBuf;
+
+use crate::common::*;
+use crate::llama_layout::check_llama_layout;
+
+fn pair() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/code-pair")
+}
+
+/// `dspark eval --json` over `prompts` with `extra` options.
+fn eval(target: &str, draft: &str, prompts: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "eval",
+        "-m",
+        target,
+        "--draft",
+        draft,
+        "--prompts",
+        prompts,
+        "-n",
+        "48",
+        "-t",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let o = dspark(&args);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).expect("eval --json")
+}
+
+#[test]
+fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
+    let tmp = Tmp::new();
+    let (src, target) = (pair().join("draft"), pair().join("target.gguf"));
+    let dd = tmp.path("dd/draft.gguf");
+    let ll = tmp.path("ll/draft.gguf");
+    fs::create_dir_all(dd.parent().unwrap()).unwrap();
+    fs::create_dir_all(ll.parent().unwrap()).unwrap();
+    convert_and_prove(&src, &dd, &[]);
+    let args = ["--layout", "llama.cpp", "--vocab-from", s(&target)];
+    let mut conv = vec!["convert", s(&src), "-o", s(&ll), "-q"];
+    conv.extend_from_slice(&args);
+    assert_ok(&dspark(&conv));
+    let report = ll.with_file_name("conversion-report.json");
+    assert_ok(&dspark(&[
+        "verify",
+        s(&ll),
+        "--report",
+        s(&report),
+        "--source",
+        s(&src),
+    ]));
+    check_llama_layout(&ll, &target, &dd);
+    // Reproducible: a second conversion is the same bytes.
+    let again = tmp.path("again.gguf");
+    let mut conv = vec!["convert", s(&src), "-o", s(&again), "-q", "--force"];
+    conv.extend_from_slice(&args);
+    assert_ok(&dspark(&conv));
+    assert_eq!(fs::read(&again).unwrap(), fs::read(&ll).unwrap());
+
+    // The first 6 held-out prompts.
+    let prompts = tmp.path("prompts.jsonl");
+    let text = fs::read_to_string(pair().join("heldout.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().take(6).collect();
+    assert_eq!(lines.len(), 6);
+    fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+
+    let a = eval(s(&target), s(&dd), s(&prompts), &[]);
+    let b = eval(s(&target), s(&ll), s(&prompts), &[]);
+    for d in [&a, &b] {
+        assert_eq!(d["prompts"], 6);
+        assert_eq!(d["identical_to_ar"], true, "{d}");
+        for key in [
+            "acceptance_per_position",
+            "acceptance_histogram",
+            "per_prompt",
+        ] {
+            assert!(d[key].is_array(), "{key} in {d}");
+        }
+        assert_eq!(d["acceptance_per_position"].as_array().unwrap().len(), 8);
+        let cal = &d["calibration"];
+        assert!(
+            cal["ece"]
+                .as_f64()
+                .is_some_and(|e| (0.0..0.25).contains(&e)),
+            "{cal}"
+        );
+        assert_eq!(cal["per_position"].as_array().unwrap().len(), 8);
+        for key in ["ar_tokens_per_second", "spec_tokens_per_second", "speedup"] {
+            assert!(d[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {d}");
+        }
+    }
+    // Both layouts are the same drafter: the same rounds and acceptance, prompt by prompt;
+    // only the confidence differs a little (llama.cpp's layout stores `conf_proj.weight`
+    // at the matrix type, Q8_0, where dflash-draft keeps it F32).
+    for key in [
+        "mean_acceptance_length",
+        "acceptance_per_position",
+        "acceptance_histogram",
+        "rounds",
+        "per_prompt",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    let per_position = |d: &serde_json::Value| -> Vec<f64> {
+        d["calibration"]["per_position"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["mean_predicted"].as_f64().unwrap())
+            .collect()
+    };
+    for (x, y) in per_position(&a).iter().zip(per_position(&b)) {
+        assert!((x - y).abs() < 0.01, "confidence {x} vs {y}");
+    }
+    // A trained drafter (random weights accept about 1 token a round), and the Markov
+    // head carries much of it: without its bias the same checkpoint accepts far less.
+    let tau = a["mean_acceptance_length"].as_f64().unwrap();
+    assert!(tau > 1.9, "tau {tau}");
+    let plain = eval(s(&target), s(&dd), s(&prompts), &["--no-markov"]);
+    assert_eq!(plain["identical_to_ar"], true);
+    let tau_plain = plain["mean_acceptance_length"].as_f64().unwrap();
+    assert!(
+        tau > tau_plain + 0.4,
+        "tau {tau} vs {tau_plain} without the Markov head"
+    );
+}
+
+#[test]
+fn plain_decoding_reproduces_llama_cpp_greedy_text() {
+    let tmp = Tmp::new();
+    let target = pair().join("target.gguf");
+    let fixture = fs::read_to_string(pair().join("llama-greedy.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = fixture
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(rows.len() >= 12);
+    for (i, row) in rows.iter().enumerate() {
+        let prompt = tmp.path(&format!("p{i}.txt"));
+        fs::write(&prompt, row["prompt"].as_str().unwrap()).unwrap();
+        let o = dspark(&[
+            "generate",
+            "-m",
+            s(&target),
+            "-f",
+            s(&prompt),
+            "-n",
+            "64",
+            "--ignore-eos",
+            "-t",
+            "2",
+            "--json",
+        ]);
+        assert_ok(&o);
+        let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ours = d["text"].as_str().unwrap();
+        let theirs = row["llama_text"].as_str().unwrap();
+        // The fixture records how far dspark agreed when it was written; a near-tie
+        // (its top-2 margin recorded) may end the agreement early, nothing else may.
+        let agree = row["dspark_agrees_chars"].as_u64().unwrap() as usize;
+        if row.get("near_tie").is_none() {
+            assert_eq!(
+                agree,
+                ours.len(),
+                "prompt {i}: fixture and run disagree on length"
+            );
+        }
+        assert!(
+            ours.len() >= agree && theirs.len() >= agree,
+            "prompt {i}: {ours:?}"
+        );
+        assert_eq!(
+            ours.as_bytes()[..agree],
+            theirs.as_bytes()[..agree],
+            "prompt {i}: dspark's greedy text left llama.cpp's\n ours:   {ours:?}\n theirs: {theirs:?}"
+        );
+    }
+}
