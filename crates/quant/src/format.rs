@@ -130,6 +130,9 @@ pub struct FormatKernels {
     pub dot_ref: fn(&[u8], &Columns<'_>, usize) -> f32,
     /// The first non-finite value of whole blocks, or `None`.
     pub first_non_finite: fn(&[u8]) -> Option<usize>,
+    /// Whether `rows` reads a matrix's packed tiles ([`crate::gemm::Packed`]) when it has
+    /// them (same bits as without); `false` means packing would only cost memory.
+    pub packs: bool,
 }
 
 impl FormatKernels {
@@ -145,6 +148,7 @@ impl FormatKernels {
             dequantize_ref: F::dequantize_ref,
             dot_ref: F::dot_ref,
             first_non_finite: F::first_non_finite,
+            packs: false,
         }
     }
 

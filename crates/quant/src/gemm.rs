@@ -43,6 +43,8 @@ pub struct Matrix<'a> {
     /// `rows × row_bytes` bytes.
     pub data: &'a [u8],
     row_bytes: usize,
+    /// The same rows' whole tiles re-laid for a kernel that reads them ([`Packed`]).
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> Matrix<'a> {
@@ -60,7 +62,30 @@ impl<'a> Matrix<'a> {
             cols,
             data,
             row_bytes,
+            packed: None,
         })
+    }
+
+    /// This matrix with `p`, its packed tiles, for the kernels that read them (the results
+    /// are the same bits with or without).
+    ///
+    /// # Panics
+    /// If `p` was packed from a matrix of another type or shape.
+    pub fn with_packed(self, p: &'a Packed) -> Matrix<'a> {
+        assert!(
+            self.ty == GgmlType::Q8_0 && p.rows == self.rows && p.cols == self.cols,
+            "packed tiles of another matrix"
+        );
+        Matrix {
+            packed: Some(p.as_bytes()),
+            ..self
+        }
+    }
+
+    /// The packed tiles ([`Packed`]) of rows `0..rows / PACK_ROWS * PACK_ROWS`, if any:
+    /// tile t is `tile_bytes` bytes at `t * tile_bytes`.
+    pub(crate) fn packed(&self) -> Option<&'a [u8]> {
+        self.packed
     }
 
     /// Row `r`'s bytes.
@@ -92,6 +117,95 @@ impl Matrix<'_> {
     }
 }
 
+/// Rows per tile of the packed Q8_0 layout ([`Packed`]).
+pub const PACK_ROWS: usize = 16;
+
+/// Bytes of one block of one packed tile: 16 rows' quants (512) and scales (32).
+pub(crate) const PACK_BLOCK_BYTES: usize = PACK_ROWS * BLOCK_BYTES;
+
+/// A Q8_0 matrix's whole tiles of [`PACK_ROWS`] rows, re-laid so the AVX-512 VNNI kernel
+/// computes sixteen rows' block sums in the sixteen lanes of one register, with no
+/// reduction per row: in the file each row's blocks follow one another, so a one-column
+/// kernel must reduce every block's products across a register (a third of its work on a
+/// 256-wide model). Rows beyond the last whole tile stay in the file's layout only.
+///
+/// Tile t (rows 16t..16t + 16) of a matrix of nb blocks per row is `nb · 544` bytes at
+/// `t · nb · 544`: first the quants, block by block, each block eight 64-byte registers,
+/// register k holding bytes 4k..4k + 4 of that block of rows 0..16 (each byte XOR 0x80,
+/// i.e. `w + 128` as an unsigned byte, what `vpdpbusd` multiplies); then the f16 scales,
+/// block by block, 16 rows each. The same bytes as the file's, moved: a packed matrix is
+/// exactly as large. Built once at load; the buffer is 64-byte aligned.
+///
+/// Written here rather than taken from ggml's repacking because ggml repacks Q8_0 only for
+/// Arm and RISC-V, in layouts for their instructions.
+#[derive(Debug)]
+pub struct Packed {
+    lines: Vec<[u8; 64]>,
+    start: usize,
+    len: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl Packed {
+    /// The packed tiles of `m`, or `None` when this CPU's kernel for `m`'s type reads no
+    /// packed tiles ([`FormatKernels::packs`]) or `m` has no whole tile. Fails, without
+    /// allocating, if the memory cannot be reserved.
+    pub fn of(m: &Matrix<'_>) -> Result<Option<Packed>, std::collections::TryReserveError> {
+        Packed::of_with(crate::kernels(), m)
+    }
+
+    /// [`Packed::of`] for the kernels `kernels`.
+    pub fn of_with(
+        kernels: &Kernels,
+        m: &Matrix<'_>,
+    ) -> Result<Option<Packed>, std::collections::TryReserveError> {
+        let packs = kernels.format(m.ty).is_some_and(|f| f.packs);
+        let tiles = m.rows / PACK_ROWS;
+        if !packs || m.ty != GgmlType::Q8_0 || tiles == 0 {
+            return Ok(None);
+        }
+        let nb = m.cols / QK8_0;
+        let len = tiles * nb * PACK_BLOCK_BYTES;
+        let mut lines: Vec<[u8; 64]> = Vec::new();
+        lines.try_reserve_exact(len.div_ceil(64) + 1)?;
+        lines.resize(len.div_ceil(64) + 1, [0; 64]);
+        let start = (64 - lines.as_ptr() as usize % 64) % 64;
+        let out = &mut lines.as_flattened_mut()[start..start + len];
+        for (t, tile) in out.chunks_exact_mut(nb * PACK_BLOCK_BYTES).enumerate() {
+            let (quants, scales) = tile.split_at_mut(nb * PACK_ROWS * QK8_0);
+            for r in 0..PACK_ROWS {
+                let row = m.row(t * PACK_ROWS + r);
+                for (b, block) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+                    scales[(b * PACK_ROWS + r) * 2..][..2].copy_from_slice(&block[..2]);
+                    for k in 0..8 {
+                        let at = b * PACK_ROWS * QK8_0 + k * 64 + 4 * r;
+                        for j in 0..4 {
+                            quants[at + j] = block[2 + 4 * k + j] ^ 0x80;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(Packed {
+            lines,
+            start,
+            len,
+            rows: m.rows,
+            cols: m.cols,
+        }))
+    }
+
+    /// Bytes held (the packed tiles; the same as their rows in the file).
+    pub fn bytes(&self) -> u64 {
+        self.len as u64
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.lines.as_flattened()[self.start..self.start + self.len]
+    }
+}
+
 /// Activation columns prepared for one [`Activation`] format: the f32 values, and for Q8_0
 /// each column's Q8_0 blocks split into f32 scales and i8 quants (quantized once with
 /// [`crate::q8_0::quantize_ref`], as ggml does for its CPU matmul).
@@ -104,6 +218,8 @@ pub struct Columns<'x> {
     qs: Vec<i8>,
     /// Built on first use by a kernel that reads it (see [`Columns::q8_transposed`]).
     transposed: OnceLock<Transposed>,
+    /// `-128 · Σ q` of every block, built on first use (see [`Columns::q8_bias`]).
+    bias: OnceLock<Vec<i32>>,
 }
 
 /// The quants of each column's whole groups of eight blocks, transposed in 32-bit groups
@@ -145,11 +261,19 @@ impl<'x> Columns<'x> {
             let blocks = x.len() / QK8_0;
             d.reserve_exact(blocks);
             qs.reserve_exact(blocks * QK8_0);
-            let mut block = [0u8; BLOCK_BYTES];
-            for xb in x.chunks_exact(QK8_0) {
-                crate::q8_0::quantize_block_ref(xb, &mut block);
-                d.push(f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
-                qs.extend(block[2..].iter().map(|&b| b as i8));
+            // This CPU's quantizer gives the reference's bytes (tested); 64 blocks at a time.
+            let quantize = crate::format_of(GgmlType::Q8_0)
+                .map_or(crate::q8_0::quantize_ref as fn(&[f32], &mut [u8]), |f| {
+                    f.quantize
+                });
+            let mut bytes = [0u8; 64 * BLOCK_BYTES];
+            for xs in x.chunks(64 * QK8_0) {
+                let out = &mut bytes[..xs.len() / QK8_0 * BLOCK_BYTES];
+                quantize(xs, out);
+                for block in out.chunks_exact(BLOCK_BYTES) {
+                    d.push(f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
+                    qs.extend(block[2..].iter().map(|&b| b as i8));
+                }
             }
         }
         Columns {
@@ -159,6 +283,7 @@ impl<'x> Columns<'x> {
             d,
             qs,
             transposed: OnceLock::new(),
+            bias: OnceLock::new(),
         }
     }
 
@@ -194,6 +319,19 @@ impl<'x> Columns<'x> {
         )
     }
 
+    /// `-128 · Σ q` of each of column `c`'s blocks (empty unless prepared for Q8_0), for
+    /// kernels that multiply `w + 128`. Built for all columns on the first call.
+    pub fn q8_bias(&self, c: usize) -> &[i32] {
+        let nb = self.len / QK8_0;
+        let bias = self.bias.get_or_init(|| {
+            self.qs
+                .chunks_exact(QK8_0)
+                .map(|q| -128 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
+                .collect()
+        });
+        &bias[c * nb..(c + 1) * nb]
+    }
+
     fn transpose(&self) -> Transposed {
         let nb = self.len / QK8_0;
         let full = nb / 8 * 8;
@@ -220,9 +358,12 @@ impl<'x> Columns<'x> {
 pub type RowKernel = fn(&Matrix<'_>, usize, &Columns<'_>, &mut [f32]);
 
 /// Rows per task when splitting `rows` rows across threads: about eight tasks per
-/// thread (for balance), never fewer than 16 rows (for overhead).
+/// thread (for balance), never fewer than 16 rows (for overhead), whole packed tiles
+/// ([`PACK_ROWS`]).
 fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(8 * rayon::current_num_threads()).max(16)
+    rows.div_ceil(8 * rayon::current_num_threads())
+        .max(16)
+        .next_multiple_of(PACK_ROWS)
 }
 
 /// Bytes a [`gemm_with`] of `rows` output rows over `cols` inputs and `n` columns

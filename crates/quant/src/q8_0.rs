@@ -149,6 +149,7 @@ impl BlockFormat for Q8_0 {
                     // the AVX2 set.
                     unsafe { crate::gemm::x86_64::rows_q8_0_vnni(w, first, x, out) }
                 };
+                k.packs = true;
             }
         }
         let _ = cpu;

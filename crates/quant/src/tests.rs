@@ -430,6 +430,65 @@ fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
     }
 }
 
+/// The packed tiles give the same bits as the file's layout: for rows in and outside whole
+/// tiles, blocks in and outside groups of eight, any number of columns, split across
+/// threads or not, with weight bytes of -128.
+#[test]
+fn packed_q8_0_tiles_give_the_same_bits() {
+    use crate::gemm::{gemm_with, Matrix, Packed};
+    let (Some(avx2), Some(vnni)) = (Kernels::avx2(), Kernels::avx512()) else {
+        eprintln!("AVX2 or AVX-512 VNNI missing: nothing to compare on this CPU");
+        return;
+    };
+    assert!(Packed::of_with(
+        &avx2,
+        &Matrix::new(GgmlType::Q8_0, 16, 32, &[0; 34 * 16]).unwrap()
+    )
+    .unwrap()
+    .is_none());
+    let mut rng = Rng(17);
+    for (rows, cols) in [
+        (16, 32),
+        (35, 256),
+        (48, 288),
+        (19, 544),
+        (64, 1824),
+        (97, 4128),
+    ] {
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let mut q = vec![0u8; rows * cols / 32 * 34];
+        q8_0::quantize_ref(&v, &mut q);
+        for (i, b) in q.iter_mut().enumerate() {
+            if i % 34 >= 2 && i % 13 == 0 {
+                *b = 0x80;
+            }
+        }
+        let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
+        let p = Packed::of_with(&vnni, &w).unwrap().expect("a whole tile");
+        assert_eq!(p.bytes() as usize, rows / 16 * 16 * cols / 32 * 34);
+        let wp = w.with_packed(&p);
+        let x: Vec<f32> = (0..9 * cols).map(|_| rng.normal() * 2.0).collect();
+        for n in 1..=9 {
+            let run = |k: &Kernels, w: &Matrix<'_>| {
+                let mut y = vec![0.0f32; n * rows];
+                gemm_with(k, w, &x[..n * cols], &mut y);
+                y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+            };
+            let plain = run(&avx2, &w);
+            assert_eq!(plain, run(&vnni, &wp), "rows {rows} cols {cols} n {n}");
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .unwrap();
+            assert_eq!(
+                plain,
+                pool.install(|| run(&vnni, &wp)),
+                "3 threads, rows {rows} cols {cols} n {n}"
+            );
+        }
+    }
+}
+
 /// Rows shorter than eight Q8_0 blocks go eight at a time through the AVX2 kernel; each
 /// result is still exactly `0 + Σ_b (d_w · d_x) · isum_b` in block order, as a row alone
 /// computes it (this restates that expression in scalar code and compares bits).

@@ -5,21 +5,23 @@ use std::sync::Arc;
 
 use dspark_contract::TensorRef;
 use dspark_gguf::GgmlType;
-use dspark_quant::gemm::Matrix;
+use dspark_quant::gemm::{Matrix, Packed};
 
 use crate::error::{Result, RuntimeError};
 
 /// A model file's bytes, shared: a memory map, or a buffer.
 pub type ModelBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// Where a checked matrix lies in its model's bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a checked matrix lies in its model's bytes, and its packed tiles when this CPU's
+/// kernel reads them ([`Packed`]: the same results, faster; as many bytes again).
+#[derive(Clone, Debug)]
 pub(crate) struct WeightRef {
     ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     offset: usize,
     len: usize,
+    packed: Option<Arc<Packed>>,
 }
 
 impl WeightRef {
@@ -45,31 +47,58 @@ impl WeightRef {
             ));
         };
         check_finite(t.name, &m)?;
+        let packed = if packing_enabled() {
+            Packed::of(&m)
+                .map_err(|_| {
+                    RuntimeError::tensor(
+                        t.name,
+                        format!(
+                            "cannot allocate {} bytes for its packed copy (DSPARK_NO_PACK=1 runs from the file's layout)",
+                            t.data.len()
+                        ),
+                    )
+                })?
+                .map(Arc::new)
+        } else {
+            None
+        };
         Ok(WeightRef {
             ty: t.ty,
             rows: t.rows,
             cols: t.cols,
             offset,
             len: t.data.len(),
+            packed,
         })
     }
 
-    /// The matrix, viewed in its model's bytes.
+    /// The matrix, viewed in its model's bytes (with its packed tiles, if any).
     #[inline]
-    pub fn matrix<'b>(&self, bytes: &'b [u8]) -> Matrix<'b> {
-        Matrix::new(
+    pub fn matrix<'b>(&'b self, bytes: &'b [u8]) -> Matrix<'b> {
+        let m = Matrix::new(
             self.ty,
             self.rows,
             self.cols,
             &bytes[self.offset..self.offset + self.len],
         )
-        .expect("located and checked at load")
+        .expect("located and checked at load");
+        match &self.packed {
+            Some(p) => m.with_packed(p),
+            None => m,
+        }
     }
 
     /// Bytes of the tensor.
     pub fn bytes(&self) -> u64 {
         self.len as u64
     }
+}
+
+/// Whether matrices get packed tiles at load: unless `DSPARK_NO_PACK` is set to anything
+/// but `0` (for a machine short of memory: packing holds each Q8_0 matrix twice, once in
+/// the file's pages, which the kernels then no longer read, and once packed).
+fn packing_enabled() -> bool {
+    std::env::var_os("DSPARK_NO_PACK").is_none_or(|v| v == "0")
 }
 
 /// Refuses a matrix holding NaN or infinity, naming the tensor and the first such value

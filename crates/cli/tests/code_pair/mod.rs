@@ -126,6 +126,30 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
     // head carries much of it: without its bias the same checkpoint accepts far less.
     let tau = a["mean_acceptance_length"].as_f64().unwrap();
     assert!(tau > 1.9, "tau {tau}");
+    // Packed weight tiles (on CPUs whose kernels read them) change no result.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args([
+            "eval",
+            "-m",
+            s(&target),
+            "--draft",
+            s(&dd),
+            "--prompts",
+            s(&prompts),
+            "-n",
+            "48",
+            "-t",
+            "2",
+            "--json",
+        ])
+        .env("DSPARK_NO_PACK", "1")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let unpacked: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in ["per_prompt", "acceptance_histogram", "calibration"] {
+        assert_eq!(a[key], unpacked[key], "{key} with DSPARK_NO_PACK=1");
+    }
     let plain = eval(s(&target), s(&dd), s(&prompts), &["--no-markov"]);
     assert_eq!(plain["identical_to_ar"], true);
     let tau_plain = plain["mean_acceptance_length"].as_f64().unwrap();

@@ -52,7 +52,7 @@ impl Qwen3 {
         let token_embd = WeightRef::locate(b, file.token_embd())?;
         let output = match file.output() {
             Some(t) => WeightRef::locate(b, t)?,
-            None => token_embd,
+            None => token_embd.clone(),
         };
         let layers = file
             .layers()

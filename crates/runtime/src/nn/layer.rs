@@ -95,9 +95,9 @@ impl DecoderLayer {
         let norms =
             self.attn_norm.len() + self.q_norm.len() + self.k_norm.len() + self.ffn_norm.len();
         [
-            self.q, self.k, self.v, self.o, self.gate, self.up, self.down,
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
         ]
-        .iter()
+        .into_iter()
         .map(WeightRef::bytes)
         .sum::<u64>()
             + 4 * norms as u64
