@@ -550,6 +550,8 @@ fn strided_vector_kernels_equal_their_one_row_kernels() {
     for k in fast_kernels() {
         for (len, stride, count) in [
             (64, 128, 37),
+            (128, 256, 21),
+            (128, 128, 3),
             (16, 16, 5),
             (13, 40, 9),
             (64, 64, 0),

@@ -745,30 +745,39 @@ unsafe fn q8_tile_vnni(tile: &[u8], nb: usize, d: &[f32], q: &[i8], bias: &[i32]
     // SAFETY: the scales follow the nb · 512 bytes of quants inside the tile.
     let scales = unsafe { quants.add(nb * 512) };
     let xq = q.as_ptr();
-    // The closures are called with block indices b < nb only.
-    let isum = |b: usize| {
-        // SAFETY: block b < nb: its 512 quant bytes and the column's 32 quants are in
-        // bounds (asserted above); the CPU features are this function's.
-        unsafe { tile_block_isum(quants.add(b * 512), xq.add(b * QK8_0), bias[b]) }
-    };
-    let scale = |b: usize| {
-        // SAFETY: block b < nb: its 32 scale bytes are in the tile (asserted above).
-        unsafe { tile_block_scale(scales.add(b * 32), d[b]) }
-    };
+    // Block b's integer sums (as f32) and scale products; b < nb only.
+    macro_rules! block {
+        ($b:expr) => {{
+            let b = $b;
+            // SAFETY: block b < nb, so its 512 quant bytes, 32 scale bytes and the
+            // column's 32 quants are in bounds (asserted above); the CPU features are
+            // this function's.
+            unsafe {
+                (
+                    _mm512_cvtepi32_ps(tile_block_isum(
+                        quants.add(b * 512),
+                        xq.add(b * QK8_0),
+                        bias[b],
+                    )),
+                    tile_block_scale(scales.add(b * 32), d[b]),
+                )
+            }
+        }};
+    }
     let full = nb / 8 * 8;
     let mut acc = [_mm512_setzero_ps(); 8];
     let mut b = 0;
     while b < full {
-        // Eight independent chains of `vpdpbusd`, one per block of the group.
-        let sums: [__m512i; 8] = std::array::from_fn(|j| isum(b + j));
         for j in 0..8 {
-            acc[j] = _mm512_fmadd_ps(scale(b + j), _mm512_cvtepi32_ps(sums[j]), acc[j]);
+            let (sum, scale) = block!(b + j);
+            acc[j] = _mm512_fmadd_ps(scale, sum, acc[j]);
         }
         b += 8;
     }
     let mut tail = _mm512_setzero_ps();
     for b in full..nb {
-        tail = _mm512_add_ps(tail, _mm512_mul_ps(scale(b), _mm512_cvtepi32_ps(isum(b))));
+        let (sum, scale) = block!(b);
+        tail = _mm512_add_ps(tail, _mm512_mul_ps(scale, sum));
     }
     let lo = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
     let hi = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
@@ -776,6 +785,75 @@ unsafe fn q8_tile_vnni(tile: &[u8], nb: usize, d: &[f32], q: &[i8], bias: &[i32]
     // SAFETY: `out` holds 16 f32.
     unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_add_ps(_mm512_add_ps(lo, hi), tail)) };
     out
+}
+
+/// [`q8_tile_vnni`] for G columns at once: each weight register is loaded once and fed to
+/// the G columns' `vpdpbusd`; column c's operations are those of [`q8_tile_vnni`] on it
+/// alone, so the bits are the same (tested).
+///
+/// # Safety
+/// As [`q8_tile_vnni`], for every column.
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_tile_vnni_cols<const G: usize>(
+    tile: &[u8],
+    nb: usize,
+    d: [&[f32]; G],
+    q: [&[i8]; G],
+    bias: [&[i32]; G],
+) -> [[f32; 16]; G] {
+    assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
+    for c in 0..G {
+        assert!(d[c].len() >= nb && bias[c].len() >= nb && q[c].len() >= nb * QK8_0);
+    }
+    let quants = tile.as_ptr();
+    // SAFETY: the scales follow the nb · 512 bytes of quants inside the tile.
+    let scales = unsafe { quants.add(nb * 512) };
+    let full = nb / 8 * 8;
+    let mut acc = [[_mm512_setzero_ps(); 8]; G];
+    let mut tail = [_mm512_setzero_ps(); G];
+    for b in 0..nb {
+        let mut sums: [__m512i; G] = std::array::from_fn(|c| _mm512_set1_epi32(bias[c][b]));
+        for k in 0..8 {
+            // SAFETY: block b < nb: register k of its 512 quant bytes is in the tile and
+            // quants 4k..4k + 4 of each column's block b are in the column (asserted).
+            unsafe {
+                let w = _mm512_loadu_si512(quants.add(b * 512 + k * 64).cast());
+                for c in 0..G {
+                    let x = q[c]
+                        .as_ptr()
+                        .add(b * QK8_0 + 4 * k)
+                        .cast::<i32>()
+                        .read_unaligned();
+                    sums[c] = _mm512_dpbusd_epi32(sums[c], w, _mm512_set1_epi32(x));
+                }
+            }
+        }
+        // SAFETY: block b < nb: its 32 scale bytes are in the tile.
+        let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())) };
+        for c in 0..G {
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d[c][b]));
+            let sum = _mm512_cvtepi32_ps(sums[c]);
+            if b < full {
+                acc[c][b % 8] = _mm512_fmadd_ps(scale, sum, acc[c][b % 8]);
+            } else {
+                tail[c] = _mm512_add_ps(tail[c], _mm512_mul_ps(scale, sum));
+            }
+        }
+    }
+    std::array::from_fn(|c| {
+        let a = &acc[c];
+        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        let mut out = [0.0f32; 16];
+        // SAFETY: `out` holds 16 f32.
+        unsafe {
+            _mm512_storeu_ps(
+                out.as_mut_ptr(),
+                _mm512_add_ps(_mm512_add_ps(lo, hi), tail[c]),
+            )
+        };
+        out
+    })
 }
 
 /// The rows of a task that lie in whole packed tiles (when the matrix has them and the
@@ -804,17 +882,51 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
                 _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
             }
         }
-        for c in 0..n {
-            let (d, q) = x.q8(c);
-            // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
-            let r = unsafe { q8_tile_vnni(tile, nb, d, q, x.q8_bias(c)) };
-            for (i, v) in r.into_iter().enumerate() {
-                out[(t * super::PACK_ROWS + i) * n + c] = v;
+        let mut c = 0;
+        while c < n {
+            let g = (n - c).min(PACK_GROUP);
+            let d = |j: usize| x.q8(c + j).0;
+            let q = |j: usize| x.q8(c + j).1;
+            let bias = |j: usize| x.q8_bias(c + j);
+            let mut put = |j: usize, r: [f32; 16]| {
+                for (i, v) in r.into_iter().enumerate() {
+                    out[(t * super::PACK_ROWS + i) * n + c + j] = v;
+                }
+            };
+            // SAFETY: the caller guarantees the CPU features; the kernels check sizes.
+            unsafe {
+                match g {
+                    1 => put(0, q8_tile_vnni(tile, nb, d(0), q(0), bias(0))),
+                    2 => {
+                        let r = q8_tile_vnni_cols::<2>(
+                            tile,
+                            nb,
+                            [d(0), d(1)],
+                            [q(0), q(1)],
+                            [bias(0), bias(1)],
+                        );
+                        r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
+                    }
+                    _ => {
+                        let r = q8_tile_vnni_cols::<3>(
+                            tile,
+                            nb,
+                            [d(0), d(1), d(2)],
+                            [q(0), q(1), q(2)],
+                            [bias(0), bias(1), bias(2)],
+                        );
+                        r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
+                    }
+                }
             }
+            c += g;
         }
     }
     tiles * super::PACK_ROWS
 }
+
+/// Columns sharing one pass over a packed tile (their accumulators fill the registers).
+const PACK_GROUP: usize = 3;
 
 /// Columns sharing one pass over a row in the VNNI kernel.
 const GROUP_VNNI: usize = 16;

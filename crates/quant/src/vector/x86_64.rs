@@ -93,8 +93,47 @@ pub(crate) unsafe fn dots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut
 pub(crate) unsafe fn axpys_avx2(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
     super::check_strided(y.len(), values.len(), stride, weights.len());
     let len = y.len();
+    // Attention heads of 64 and 128 values: `y` stays in registers across every value
+    // (the same fused steps in the same order as `axpy_avx2`, so the same bits).
+    match len {
+        // SAFETY: the features are this function's; the strides were checked above.
+        64 => return unsafe { axpys_in_registers::<8>(y, weights, values, stride) },
+        // SAFETY: as above.
+        128 => return unsafe { axpys_in_registers::<16>(y, weights, values, stride) },
+        _ => {}
+    }
     for (p, &w) in weights.iter().enumerate() {
         // SAFETY: the features are this function's; the slice is inside `values` (checked).
         unsafe { axpy_avx2(y, w, &values[p * stride..p * stride + len]) };
+    }
+}
+
+/// [`axpys_avx2`] for `y` of exactly `8 · R` values, held in R registers.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `y.len() == 8 · R` and the rows fit (checked by the
+/// caller with `check_strided`).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpys_in_registers<const R: usize>(
+    y: &mut [f32],
+    weights: &[f32],
+    values: &[f32],
+    stride: usize,
+) {
+    assert_eq!(y.len(), 8 * R);
+    let py = y.as_mut_ptr();
+    // SAFETY: y holds 8·R values.
+    let mut acc: [__m256; R] = std::array::from_fn(|j| unsafe { _mm256_loadu_ps(py.add(8 * j)) });
+    for (p, &w) in weights.iter().enumerate() {
+        let row = &values[p * stride..p * stride + 8 * R];
+        let sv = _mm256_set1_ps(w);
+        for (j, a) in acc.iter_mut().enumerate() {
+            // SAFETY: row holds 8·R values.
+            *a = _mm256_fmadd_ps(sv, unsafe { _mm256_loadu_ps(row.as_ptr().add(8 * j)) }, *a);
+        }
+    }
+    for (j, a) in acc.iter().enumerate() {
+        // SAFETY: y holds 8·R values.
+        unsafe { _mm256_storeu_ps(py.add(8 * j), *a) };
     }
 }
