@@ -27,7 +27,9 @@ pub(crate) struct WeightRef {
 impl WeightRef {
     /// Locates `t` in `bytes`. The contract checked `t` in a file parsed from `bytes`; a
     /// tensor that does not lie inside them (a proof from another file) is an error.
-    pub fn locate(bytes: &[u8], t: &TensorRef<'_>) -> Result<WeightRef> {
+    /// With `pack`, the matrix also gets packed tiles when this CPU's kernel reads them
+    /// (see [`packs`]).
+    pub fn locate(bytes: &[u8], t: &TensorRef<'_>, pack: bool) -> Result<WeightRef> {
         let base = bytes.as_ptr() as usize;
         let at = (t.data.as_ptr() as usize).checked_sub(base);
         let inside = at.filter(|&o| {
@@ -47,13 +49,13 @@ impl WeightRef {
             ));
         };
         check_finite(t.name, &m)?;
-        let packed = if packing_enabled() {
+        let packed = if pack {
             Packed::of(&m)
                 .map_err(|_| {
                     RuntimeError::tensor(
                         t.name,
                         format!(
-                            "cannot allocate {} bytes for its packed copy (DSPARK_NO_PACK=1 runs from the file's layout)",
+                            "cannot allocate {} bytes for its packed copy (DSPARK_PACK=0 runs from the file's layout)",
                             t.data.len()
                         ),
                     )
@@ -94,11 +96,21 @@ impl WeightRef {
     }
 }
 
-/// Whether matrices get packed tiles at load: unless `DSPARK_NO_PACK` is set to anything
-/// but `0` (for a machine short of memory: packing holds each Q8_0 matrix twice, once in
-/// the file's pages, which the kernels then no longer read, and once packed).
-fn packing_enabled() -> bool {
-    std::env::var_os("DSPARK_NO_PACK").is_none_or(|v| v == "0")
+/// Model files up to this size get packed tiles by default: where they pay. A small model
+/// is compute-bound, and packed tiles cut a Q8_0 product's instructions by half or more; a
+/// large one is bound by memory bandwidth, where they gain nothing measurable (decode and
+/// verify on the Qwen3-0.6B shape, `docs/PERFORMANCE.md`) and would hold its matrices
+/// twice (the packed copy beside the file's pages).
+pub const PACK_LIMIT: u64 = 1 << 30;
+
+/// Whether a model file of `file_bytes` gets packed tiles: `DSPARK_PACK=1` always, `=0`
+/// never, otherwise when the file is at most [`PACK_LIMIT`].
+pub(crate) fn packs(file_bytes: u64) -> bool {
+    match std::env::var("DSPARK_PACK").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => file_bytes <= PACK_LIMIT,
+    }
 }
 
 /// Refuses a matrix holding NaN or infinity, naming the tensor and the first such value

@@ -142,13 +142,13 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
             "2",
             "--json",
         ])
-        .env("DSPARK_NO_PACK", "1")
+        .env("DSPARK_PACK", "0")
         .output()
         .unwrap();
     assert_ok(&o);
     let unpacked: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for key in ["per_prompt", "acceptance_histogram", "calibration"] {
-        assert_eq!(a[key], unpacked[key], "{key} with DSPARK_NO_PACK=1");
+        assert_eq!(a[key], unpacked[key], "{key} with DSPARK_PACK=0");
     }
     let plain = eval(s(&target), s(&dd), s(&prompts), &["--no-markov"]);
     assert_eq!(plain["identical_to_ar"], true);

@@ -91,16 +91,17 @@ impl Drafter {
     pub fn load(bytes: ModelBytes, file: &DraftFile<'_>, target: &TargetShape) -> Result<Drafter> {
         dspark_contract::fit::check(file, target)?;
         let b: &[u8] = (*bytes).as_ref();
+        let pack = crate::weights::packs(b.len() as u64);
         let hparams = file.hparams().clone();
         let layers = file
             .layers()
             .iter()
-            .map(|l| DecoderLayer::load(b, l))
+            .map(|l| DecoderLayer::load(b, l, pack))
             .collect::<Result<Vec<_>>>()?;
         let markov = match file.markov() {
             Some(m) => Some(Markov {
-                w1: WeightRef::locate(b, &m.w1)?,
-                w2: WeightRef::locate(b, &m.w2)?,
+                w1: WeightRef::locate(b, &m.w1, pack)?,
+                w2: WeightRef::locate(b, &m.w2, pack)?,
             }),
             None => None,
         };
@@ -112,7 +113,7 @@ impl Drafter {
             None => None,
         };
         let own = |t: Option<&dspark_contract::TensorRef<'_>>| {
-            t.map(|t| WeightRef::locate(b, t)).transpose()
+            t.map(|t| WeightRef::locate(b, t, pack)).transpose()
         };
         let yarn = hparams.yarn.map(|y| Yarn {
             factor: f64::from(y.factor),
@@ -122,7 +123,7 @@ impl Drafter {
             attention_factor: y.attention_factor.map(f64::from),
         });
         Ok(Drafter {
-            fc: WeightRef::locate(b, file.fc())?,
+            fc: WeightRef::locate(b, file.fc(), pack)?,
             hidden_norm: vector(file.hidden_norm())?,
             output_norm: vector(file.output_norm())?,
             token_embd: own(file.token_embd())?,

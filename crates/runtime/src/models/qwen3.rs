@@ -49,15 +49,16 @@ impl Qwen3 {
     pub fn load(bytes: ModelBytes, file: &Qwen3File<'_>) -> Result<Qwen3> {
         let b: &[u8] = (*bytes).as_ref();
         let hparams = file.hparams().clone();
-        let token_embd = WeightRef::locate(b, file.token_embd())?;
+        let pack = crate::weights::packs(b.len() as u64);
+        let token_embd = WeightRef::locate(b, file.token_embd(), pack)?;
         let output = match file.output() {
-            Some(t) => WeightRef::locate(b, t)?,
+            Some(t) => WeightRef::locate(b, t, pack)?,
             None => token_embd.clone(),
         };
         let layers = file
             .layers()
             .iter()
-            .map(|l| DecoderLayer::load(b, l))
+            .map(|l| DecoderLayer::load(b, l, pack))
             .collect::<Result<Vec<_>>>()?;
         Ok(Qwen3 {
             rope: Rope::new(hparams.head_dim, f64::from(hparams.rope_base), None),

@@ -72,9 +72,10 @@ pub(crate) struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// The layer's weights from its checked tensors, located in `bytes`.
-    pub fn load(bytes: &[u8], t: &LayerRefs<'_>) -> Result<DecoderLayer> {
-        let m = |r| WeightRef::locate(bytes, r);
+    /// The layer's weights from its checked tensors, located in `bytes` (packed with
+    /// `pack`, see [`WeightRef::locate`]).
+    pub fn load(bytes: &[u8], t: &LayerRefs<'_>, pack: bool) -> Result<DecoderLayer> {
+        let m = |r| WeightRef::locate(bytes, r, pack);
         Ok(DecoderLayer {
             attn_norm: vector(&t.attn_norm)?,
             q: m(&t.attn_q)?,
