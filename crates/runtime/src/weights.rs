@@ -97,11 +97,12 @@ impl WeightRef {
 }
 
 /// Model files up to this size get packed tiles by default: where they pay. A small model
-/// is compute-bound, and packed tiles cut a Q8_0 product's instructions by half or more; a
-/// large one is bound by memory bandwidth, where they gain nothing measurable (decode and
-/// verify on the Qwen3-0.6B shape, `docs/PERFORMANCE.md`) and would hold its matrices
-/// twice (the packed copy beside the file's pages).
-pub const PACK_LIMIT: u64 = 1 << 30;
+/// is compute-bound, and packed tiles cut a Q8_0 product's instructions by half or more
+/// (the 7 MB trained target decodes 1.6x faster); a large one is bound by memory bandwidth,
+/// where they gain nothing measurable (decode and verify of the 477 MB widened pair and
+/// the synthetic Qwen3-0.6B, `docs/PERFORMANCE.md`) and would hold its matrices twice (the
+/// packed copy beside the file's pages).
+pub const PACK_LIMIT: u64 = 256 << 20;
 
 /// Whether a model file of `file_bytes` gets packed tiles: `DSPARK_PACK=1` always, `=0`
 /// never, otherwise when the file is at most [`PACK_LIMIT`].

@@ -712,6 +712,20 @@ unsafe fn tile_block_isum(w: *const u8, x: *const i8, bias: i32) -> __m512i {
     s
 }
 
+/// Prefetches the bytes of block b of the packed tile at `ahead` (544 per block, nine
+/// lines from `ahead + 544 b`); nothing when `ahead` is null. Prefetching never faults, so
+/// `ahead` may point past the matrix.
+#[inline(always)]
+fn prefetch_block(ahead: *const u8, b: usize) {
+    if !ahead.is_null() {
+        for line in 0..9 {
+            let p = ahead.wrapping_add(b * super::PACK_BLOCK_BYTES + 64 * line);
+            // SAFETY: a prefetch is a hint: it reads nothing and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+        }
+    }
+}
+
 /// One block's scale products `d_w · d_x` of a packed tile (`dw`: its 16 f16 scales).
 ///
 /// # Safety
@@ -738,7 +752,14 @@ unsafe fn tile_block_scale(dw: *const u8, dx: f32) -> __m512 {
 /// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; `tile` is one
 /// whole packed tile of `nb` blocks and the column covers `nb` blocks (checked).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_tile_vnni(tile: &[u8], nb: usize, d: &[f32], q: &[i8], bias: &[i32]) -> [f32; 16] {
+unsafe fn q8_tile_vnni(
+    tile: &[u8],
+    nb: usize,
+    d: &[f32],
+    q: &[i8],
+    bias: &[i32],
+    ahead: *const u8,
+) -> [f32; 16] {
     assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
     assert!(d.len() >= nb && bias.len() >= nb && q.len() >= nb * QK8_0);
     let quants = tile.as_ptr();
@@ -769,6 +790,7 @@ unsafe fn q8_tile_vnni(tile: &[u8], nb: usize, d: &[f32], q: &[i8], bias: &[i32]
     let mut b = 0;
     while b < full {
         for j in 0..8 {
+            prefetch_block(ahead, b + j);
             let (sum, scale) = block!(b + j);
             acc[j] = _mm512_fmadd_ps(scale, sum, acc[j]);
         }
@@ -776,6 +798,7 @@ unsafe fn q8_tile_vnni(tile: &[u8], nb: usize, d: &[f32], q: &[i8], bias: &[i32]
     }
     let mut tail = _mm512_setzero_ps();
     for b in full..nb {
+        prefetch_block(ahead, b);
         let (sum, scale) = block!(b);
         tail = _mm512_add_ps(tail, _mm512_mul_ps(scale, sum));
     }
@@ -800,6 +823,7 @@ unsafe fn q8_tile_vnni_cols<const G: usize>(
     d: [&[f32]; G],
     q: [&[i8]; G],
     bias: [&[i32]; G],
+    ahead: *const u8,
 ) -> [[f32; 16]; G] {
     assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
     for c in 0..G {
@@ -811,33 +835,49 @@ unsafe fn q8_tile_vnni_cols<const G: usize>(
     let full = nb / 8 * 8;
     let mut acc = [[_mm512_setzero_ps(); 8]; G];
     let mut tail = [_mm512_setzero_ps(); G];
-    for b in 0..nb {
-        let mut sums: [__m512i; G] = std::array::from_fn(|c| _mm512_set1_epi32(bias[c][b]));
-        for k in 0..8 {
-            // SAFETY: block b < nb: register k of its 512 quant bytes is in the tile and
-            // quants 4k..4k + 4 of each column's block b are in the column (asserted).
-            unsafe {
-                let w = _mm512_loadu_si512(quants.add(b * 512 + k * 64).cast());
-                for c in 0..G {
-                    let x = q[c]
-                        .as_ptr()
-                        .add(b * QK8_0 + 4 * k)
-                        .cast::<i32>()
-                        .read_unaligned();
-                    sums[c] = _mm512_dpbusd_epi32(sums[c], w, _mm512_set1_epi32(x));
+    // Block b's integer sums (as f32) and scale products for every column; b < nb only.
+    macro_rules! blocks {
+        ($b:expr) => {{
+            let b = $b;
+            prefetch_block(ahead, b);
+            let mut sums: [__m512i; G] = std::array::from_fn(|c| _mm512_set1_epi32(bias[c][b]));
+            for k in 0..8 {
+                // SAFETY: block b < nb: register k of its 512 quant bytes is in the tile
+                // and quants 4k..4k + 4 of each column's block b are in the column
+                // (asserted above).
+                unsafe {
+                    let w = _mm512_loadu_si512(quants.add(b * 512 + k * 64).cast());
+                    for c in 0..G {
+                        let x = q[c]
+                            .as_ptr()
+                            .add(b * QK8_0 + 4 * k)
+                            .cast::<i32>()
+                            .read_unaligned();
+                        sums[c] = _mm512_dpbusd_epi32(sums[c], w, _mm512_set1_epi32(x));
+                    }
                 }
             }
-        }
-        // SAFETY: block b < nb: its 32 scale bytes are in the tile.
-        let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())) };
-        for c in 0..G {
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d[c][b]));
-            let sum = _mm512_cvtepi32_ps(sums[c]);
-            if b < full {
-                acc[c][b % 8] = _mm512_fmadd_ps(scale, sum, acc[c][b % 8]);
-            } else {
-                tail[c] = _mm512_add_ps(tail[c], _mm512_mul_ps(scale, sum));
+            // SAFETY: block b < nb: its 32 scale bytes are in the tile.
+            let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())) };
+            let scale: [__m512; G] =
+                std::array::from_fn(|c| _mm512_mul_ps(dw, _mm512_set1_ps(d[c][b])));
+            (sums.map(|s| _mm512_cvtepi32_ps(s)), scale)
+        }};
+    }
+    let mut b = 0;
+    while b < full {
+        for j in 0..8 {
+            let (sums, scale) = blocks!(b + j);
+            for c in 0..G {
+                acc[c][j] = _mm512_fmadd_ps(scale[c], sums[c], acc[c][j]);
             }
+        }
+        b += 8;
+    }
+    for b in full..nb {
+        let (sums, scale) = blocks!(b);
+        for c in 0..G {
+            tail[c] = _mm512_add_ps(tail[c], _mm512_mul_ps(scale[c], sums[c]));
         }
     }
     std::array::from_fn(|c| {
@@ -876,15 +916,14 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
     for t in 0..tiles {
         let at = (first / super::PACK_ROWS + t) * tile_bytes;
         let tile = &packed[at..at + tile_bytes];
-        if t + 1 < tiles {
-            for line in (0..tile_bytes).step_by(64).take(16) {
-                let ahead = packed.as_ptr().wrapping_add(at + tile_bytes + line);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-            }
-        }
+        // The next tile (this task's, or the rows after it), fetched while the first
+        // column group walks this one.
+        let next = packed.as_ptr().wrapping_add(at + tile_bytes);
         let mut c = 0;
         while c < n {
             let g = (n - c).min(PACK_GROUP);
+            // Only the first group prefetches (the later ones find the tile cached).
+            let ahead = if c == 0 { next } else { std::ptr::null() };
             let d = |j: usize| x.q8(c + j).0;
             let q = |j: usize| x.q8(c + j).1;
             let bias = |j: usize| x.q8_bias(c + j);
@@ -896,7 +935,7 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
             // SAFETY: the caller guarantees the CPU features; the kernels check sizes.
             unsafe {
                 match g {
-                    1 => put(0, q8_tile_vnni(tile, nb, d(0), q(0), bias(0))),
+                    1 => put(0, q8_tile_vnni(tile, nb, d(0), q(0), bias(0), ahead)),
                     2 => {
                         let r = q8_tile_vnni_cols::<2>(
                             tile,
@@ -904,6 +943,7 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
                             [d(0), d(1)],
                             [q(0), q(1)],
                             [bias(0), bias(1)],
+                            ahead,
                         );
                         r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
                     }
@@ -914,6 +954,7 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
                             [d(0), d(1), d(2)],
                             [q(0), q(1), q(2)],
                             [bias(0), bias(1), bias(2)],
+                            ahead,
                         );
                         r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
                     }
