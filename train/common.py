@@ -79,3 +79,12 @@ def load_tokenizer():
 
 def special_ids(tok):
     return tok.token_to_id(EOT), tok.token_to_id(MASK)
+
+
+def cosine_lr(step: int, lr: float, warmup: int, steps: int) -> float:
+    """Linear warm-up over `warmup` steps, then a cosine from `lr` down to 5 % of it."""
+    import math
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))

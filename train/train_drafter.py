@@ -17,7 +17,7 @@ import math
 import sys
 import time
 
-from common import CONT_DIR, DRAFT_DIR, SEED, TARGET_DIR, WORK, load_tokenizer, log, setup_torch, special_ids
+from common import cosine_lr, CONT_DIR, DRAFT_DIR, SEED, TARGET_DIR, WORK, load_tokenizer, log, setup_torch, special_ids
 
 torch = setup_torch()
 import numpy as np  # noqa: E402
@@ -154,10 +154,7 @@ def main():
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
 
     def lr_at(step):
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        t = (step - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+        return cosine_lr(step, args.lr, args.warmup, args.steps)
 
     # batches never mix shards (all sequences of a shard have one length)
     rng = np.random.default_rng(SEED)

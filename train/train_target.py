@@ -10,7 +10,7 @@ import math
 import sys
 import time
 
-from common import CORPUS, SEED, TARGET_DIR, WORK, load_tokenizer, log, setup_torch, special_ids
+from common import cosine_lr, CORPUS, SEED, TARGET_DIR, WORK, load_tokenizer, log, setup_torch, special_ids
 
 torch = setup_torch()
 import numpy as np  # noqa: E402
@@ -101,10 +101,7 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
 
     def lr_at(step):
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        t = (step - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+        return cosine_lr(step, args.lr, args.warmup, args.steps)
 
     rng = np.random.default_rng(SEED)
     t0 = time.time()

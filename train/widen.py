@@ -157,22 +157,6 @@ def widen_draft(small, wide_target_cfg):
     return wide
 
 
-@torch.inference_mode()
-def greedy_with_margins(model, ids, n, eos):
-    cache = DynamicCache()
-    out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    toks, margins = [], []
-    for _ in range(n):
-        top = torch.topk(out.logits[0, -1], 2)
-        x = int(top.indices[0])
-        toks.append(x)
-        margins.append(float(top.values[0] - top.values[1]))
-        if x == eos:
-            break
-        out = model(input_ids=torch.tensor([[x]]), past_key_values=cache, use_cache=True)
-    return toks, margins
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default=str(TARGET_DIR))
@@ -243,8 +227,8 @@ def main():
     diffs, rows = 0, []
     for i, p in enumerate(prompts[: args.check_prompts]):
         ids = tok.encode(p).ids
-        a, ma = greedy_with_margins(small_t, ids, args.check_tokens, eos)
-        b, _ = greedy_with_margins(wide_t, ids, args.check_tokens, eos)
+        a, ma = X.hf_greedy(small_t, ids, args.check_tokens, eos)
+        b, _ = X.hf_greedy(wide_t, ids, args.check_tokens, eos)
         k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), None)
         if a != b:
             diffs += 1

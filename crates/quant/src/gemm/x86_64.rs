@@ -712,14 +712,20 @@ unsafe fn tile_block_isum(w: *const u8, x: *const i8, bias: i32) -> __m512i {
     s
 }
 
-/// Prefetches the bytes of block b of the packed tile at `ahead` (544 per block, nine
-/// lines from `ahead + 544 b`); nothing when `ahead` is null. Prefetching never faults, so
-/// `ahead` may point past the matrix.
-#[inline(always)]
-fn prefetch_block(ahead: *const u8, b: usize) {
-    if !ahead.is_null() {
-        for line in 0..9 {
-            let p = ahead.wrapping_add(b * super::PACK_BLOCK_BYTES + 64 * line);
+/// Where a tile kernel prefetches while it walks its blocks: at block b, the lines of
+/// `start + b · step .. start + (b + 1) · step` (a share of the next tile). Prefetching
+/// never faults, so `start` may point past the matrix.
+#[derive(Clone, Copy)]
+struct Ahead {
+    start: *const u8,
+    step: usize,
+}
+
+impl Ahead {
+    #[inline(always)]
+    fn block(self, b: usize) {
+        for off in (0..self.step).step_by(64) {
+            let p = self.start.wrapping_add(b * self.step + off);
             // SAFETY: a prefetch is a hint: it reads nothing and never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
         }
@@ -758,7 +764,7 @@ unsafe fn q8_tile_vnni(
     d: &[f32],
     q: &[i8],
     bias: &[i32],
-    ahead: *const u8,
+    ahead: Ahead,
 ) -> [f32; 16] {
     assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
     assert!(d.len() >= nb && bias.len() >= nb && q.len() >= nb * QK8_0);
@@ -790,7 +796,7 @@ unsafe fn q8_tile_vnni(
     let mut b = 0;
     while b < full {
         for j in 0..8 {
-            prefetch_block(ahead, b + j);
+            ahead.block(b + j);
             let (sum, scale) = block!(b + j);
             acc[j] = _mm512_fmadd_ps(scale, sum, acc[j]);
         }
@@ -798,7 +804,7 @@ unsafe fn q8_tile_vnni(
     }
     let mut tail = _mm512_setzero_ps();
     for b in full..nb {
-        prefetch_block(ahead, b);
+        ahead.block(b);
         let (sum, scale) = block!(b);
         tail = _mm512_add_ps(tail, _mm512_mul_ps(scale, sum));
     }
@@ -823,7 +829,7 @@ unsafe fn q8_tile_vnni_cols<const G: usize>(
     d: [&[f32]; G],
     q: [&[i8]; G],
     bias: [&[i32]; G],
-    ahead: *const u8,
+    ahead: Ahead,
 ) -> [[f32; 16]; G] {
     assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
     for c in 0..G {
@@ -839,7 +845,7 @@ unsafe fn q8_tile_vnni_cols<const G: usize>(
     macro_rules! blocks {
         ($b:expr) => {{
             let b = $b;
-            prefetch_block(ahead, b);
+            ahead.block(b);
             let mut sums: [__m512i; G] = std::array::from_fn(|c| _mm512_set1_epi32(bias[c][b]));
             for k in 0..8 {
                 // SAFETY: block b < nb: register k of its 512 quant bytes is in the tile
@@ -919,11 +925,17 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
         // The next tile (this task's, or the rows after it), fetched while the first
         // column group walks this one.
         let next = packed.as_ptr().wrapping_add(at + tile_bytes);
+        // Each column group fetches its share of the next tile while it walks this one
+        // (the later groups find this tile cached), so memory and compute overlap.
+        let groups = n.div_ceil(PACK_GROUP);
+        let share = (tile_bytes / groups).next_multiple_of(64);
         let mut c = 0;
         while c < n {
             let g = (n - c).min(PACK_GROUP);
-            // Only the first group prefetches (the later ones find the tile cached).
-            let ahead = if c == 0 { next } else { std::ptr::null() };
+            let ahead = Ahead {
+                start: next.wrapping_add(c / PACK_GROUP * share),
+                step: share.div_ceil(nb).next_multiple_of(64),
+            };
             let d = |j: usize| x.q8(c + j).0;
             let q = |j: usize| x.q8(c + j).1;
             let bias = |j: usize| x.q8_bias(c + j);
