@@ -83,6 +83,29 @@ impl<'f, 'k> Checker<'f, 'k> {
         self.findings.push(Finding::key(key, msg));
     }
 
+    /// Whether `value`, the `what` of tensor `name`, lies within `range`; a finding
+    /// naming the tensor if not.
+    pub fn tensor_dim_in(
+        &mut self,
+        name: &str,
+        what: &str,
+        value: u64,
+        range: RangeInclusive<u64>,
+    ) -> bool {
+        let ok = range.contains(&value);
+        if !ok {
+            self.findings.push(Finding::tensor(
+                name,
+                format!(
+                    "has {what} {value}, expected {}..={}",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        ok
+    }
+
     fn get(&self, key: &str) -> Option<&'f Value> {
         self.file.get(key)
     }

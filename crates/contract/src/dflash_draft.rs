@@ -526,15 +526,7 @@ fn check_markov<'f>(
         ));
         return None;
     };
-    if !bounds::MARKOV_RANK.contains(&r) {
-        c.findings.push(Finding::tensor(
-            tensors::DSPARK_MARKOV_W1,
-            format!(
-                "has rank {r}, expected {}..={}",
-                bounds::MARKOV_RANK.start(),
-                bounds::MARKOV_RANK.end()
-            ),
-        ));
+    if !c.tensor_dim_in(tensors::DSPARK_MARKOV_W1, "rank", r, bounds::MARKOV_RANK) {
         return None;
     }
     if let Some(tv) = target_vocab.filter(|&tv| tv != v) {

@@ -430,15 +430,7 @@ fn check_markov<'f>(c: &mut Checker<'f, '_>, vocab: u64) -> Option<Option<Markov
                 ));
                 return None;
             };
-            if !bounds::MARKOV_RANK.contains(&r) {
-                c.findings.push(Finding::tensor(
-                    L::MARKOV_W1,
-                    format!(
-                        "has rank {r}, expected {}..={}",
-                        bounds::MARKOV_RANK.start(),
-                        bounds::MARKOV_RANK.end()
-                    ),
-                ));
+            if !c.tensor_dim_in(L::MARKOV_W1, "rank", r, bounds::MARKOV_RANK) {
                 return None;
             }
             let w1 = c.tensor(L::MARKOV_W1, Role::Matrix, &[r, vocab]);

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use dspark_gguf::{Array, GgmlType, Header, Layout, TensorInfo, Value};
 use dspark_quant::SourceDtype;
 
-use crate::config::{DraftConfig, Sourced};
+use crate::config::{DraftConfig, RopeScaling, Sourced};
 use crate::error::{ConvertError, Result};
 use crate::names::{map_source, unrepresentable, Role, LAYER_TENSORS};
 use crate::source::Checkpoint;
@@ -696,6 +696,46 @@ impl Plan {
                     msg: format!("{} does not fit in a UINT32", s.value),
                 })
         };
+        // The rope-scaling keys (suffixes), values and sources, in the layout's order:
+        // llama.cpp's converter writes the attention factor before the betas, the
+        // dflash-draft layout after them.
+        type Entry = (&'static str, Value, String);
+        let rope_scaling = |rs: &RopeScaling, attn_first: bool| -> Result<Vec<Entry>> {
+            let f32_of = |s: &Sourced<f64>| Value::F32(s.value as f32);
+            let mut v: Vec<Entry> = vec![
+                (
+                    K::ROPE_SCALING_TYPE,
+                    Value::String(rs.rope_type.value.clone()),
+                    rs.rope_type.from.clone(),
+                ),
+                (
+                    K::ROPE_SCALING_FACTOR,
+                    f32_of(&rs.factor),
+                    rs.factor.from.clone(),
+                ),
+            ];
+            if let Some(o) = &rs.original_max_position_embeddings {
+                v.push((K::ROPE_SCALING_ORIGINAL_CONTEXT, u32_of(o)?, o.from.clone()));
+            }
+            let attn = rs
+                .attention_factor
+                .as_ref()
+                .map(|s| (K::ROPE_SCALING_ATTN_FACTOR, f32_of(s), s.from.clone()));
+            let betas = [
+                (K::ROPE_SCALING_YARN_BETA_FAST, &rs.beta_fast),
+                (K::ROPE_SCALING_YARN_BETA_SLOW, &rs.beta_slow),
+            ]
+            .into_iter()
+            .filter_map(|(key, b)| b.as_ref().map(|b| (key, f32_of(b), b.from.clone())));
+            if attn_first {
+                v.extend(attn);
+                v.extend(betas);
+            } else {
+                v.extend(betas);
+                v.extend(attn);
+            }
+            Ok(v)
+        };
         let small = |n: u64, what: &str| -> Result<Value> {
             u32::try_from(n)
                 .map(Value::U32)
@@ -817,43 +857,8 @@ impl Plan {
                 &c.rope_theta.from,
             );
             if let Some(rs) = &c.rope_scaling {
-                put(
-                    &a(K::ROPE_SCALING_TYPE),
-                    Value::String(rs.rope_type.value.clone()),
-                    &rs.rope_type.from,
-                );
-                put(
-                    &a(K::ROPE_SCALING_FACTOR),
-                    Value::F32(rs.factor.value as f32),
-                    &rs.factor.from,
-                );
-                if let Some(orig) = &rs.original_max_position_embeddings {
-                    put(
-                        &a(K::ROPE_SCALING_ORIGINAL_CONTEXT),
-                        u32_of(orig)?,
-                        &orig.from,
-                    );
-                }
-                if let Some(b) = &rs.beta_fast {
-                    put(
-                        &a(K::ROPE_SCALING_YARN_BETA_FAST),
-                        Value::F32(b.value as f32),
-                        &b.from,
-                    );
-                }
-                if let Some(b) = &rs.beta_slow {
-                    put(
-                        &a(K::ROPE_SCALING_YARN_BETA_SLOW),
-                        Value::F32(b.value as f32),
-                        &b.from,
-                    );
-                }
-                if let Some(f) = &rs.attention_factor {
-                    put(
-                        &a(K::ROPE_SCALING_ATTN_FACTOR),
-                        Value::F32(f.value as f32),
-                        &f.from,
-                    );
+                for (key, value, from) in rope_scaling(rs, false)? {
+                    put(&a(key), value, &from);
                 }
             }
             put(
@@ -1000,43 +1005,8 @@ impl Plan {
                 &c.num_key_value_heads.from,
             );
             if let Some(rs) = &c.rope_scaling {
-                put(
-                    &l(K::ROPE_SCALING_TYPE),
-                    Value::String(rs.rope_type.value.clone()),
-                    &rs.rope_type.from,
-                );
-                put(
-                    &l(K::ROPE_SCALING_FACTOR),
-                    Value::F32(rs.factor.value as f32),
-                    &rs.factor.from,
-                );
-                if let Some(orig) = &rs.original_max_position_embeddings {
-                    put(
-                        &l(K::ROPE_SCALING_ORIGINAL_CONTEXT),
-                        u32_of(orig)?,
-                        &orig.from,
-                    );
-                }
-                if let Some(f) = &rs.attention_factor {
-                    put(
-                        &l(K::ROPE_SCALING_ATTN_FACTOR),
-                        Value::F32(f.value as f32),
-                        &f.from,
-                    );
-                }
-                if let Some(b) = &rs.beta_fast {
-                    put(
-                        &l(K::ROPE_SCALING_YARN_BETA_FAST),
-                        Value::F32(b.value as f32),
-                        &b.from,
-                    );
-                }
-                if let Some(b) = &rs.beta_slow {
-                    put(
-                        &l(K::ROPE_SCALING_YARN_BETA_SLOW),
-                        Value::F32(b.value as f32),
-                        &b.from,
-                    );
+                for (key, value, from) in rope_scaling(rs, true)? {
+                    put(&l(key), value, &from);
                 }
             }
             put(

@@ -17,6 +17,17 @@ fn pair() -> PathBuf {
 
 /// `dspark eval --json` over `prompts` with `extra` options.
 fn eval(target: &str, draft: &str, prompts: &str, extra: &[&str]) -> serde_json::Value {
+    eval_env(target, draft, prompts, extra, &[])
+}
+
+/// [`eval`] with environment variables `env` set.
+fn eval_env(
+    target: &str,
+    draft: &str,
+    prompts: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
     let mut args = vec![
         "eval",
         "-m",
@@ -32,7 +43,11 @@ fn eval(target: &str, draft: &str, prompts: &str, extra: &[&str]) -> serde_json:
         "--json",
     ];
     args.extend_from_slice(extra);
-    let o = dspark(&args);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run dspark");
     assert_ok(&o);
     serde_json::from_slice(&o.stdout).expect("eval --json")
 }
@@ -127,26 +142,13 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
     let tau = a["mean_acceptance_length"].as_f64().unwrap();
     assert!(tau > 1.9, "tau {tau}");
     // Packed weight tiles (on CPUs whose kernels read them) change no result.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
-        .args([
-            "eval",
-            "-m",
-            s(&target),
-            "--draft",
-            s(&dd),
-            "--prompts",
-            s(&prompts),
-            "-n",
-            "48",
-            "-t",
-            "2",
-            "--json",
-        ])
-        .env("DSPARK_PACK", "0")
-        .output()
-        .unwrap();
-    assert_ok(&o);
-    let unpacked: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let unpacked = eval_env(
+        s(&target),
+        s(&dd),
+        s(&prompts),
+        &[],
+        &[("DSPARK_PACK", "0")],
+    );
     for key in ["per_prompt", "acceptance_histogram", "calibration"] {
         assert_eq!(a[key], unpacked[key], "{key} with DSPARK_PACK=0");
     }

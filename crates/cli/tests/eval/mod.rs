@@ -81,38 +81,25 @@ fn eval_measures_speculation_over_a_prompt_set() {
     assert_eq!(n["markov"], false);
     assert_eq!(n["identical_to_ar"], true);
     // The table form, and bad prompt files named by line.
-    assert_ok(&dspark(&[
-        "eval",
-        "-m",
-        s(&target),
-        "-md",
-        s(&draft),
-        "--prompts",
-        s(&prompts),
-        "-n",
-        "8",
-    ]));
+    let table = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "-m",
+            s(&target),
+            "-md",
+            s(&draft),
+            "--prompts",
+            s(&prompts),
+        ];
+        args.extend_from_slice(extra);
+        dspark(&args)
+    };
+    assert_ok(&table(&["-n", "8"]));
     fs::write(&prompts, "{\"prompt\": \"a\"}\nnot json\n").unwrap();
-    let o = dspark(&[
-        "eval",
-        "-m",
-        s(&target),
-        "-md",
-        s(&draft),
-        "--prompts",
-        s(&prompts),
-    ]);
+    let o = table(&[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
     fs::write(&prompts, "\n").unwrap();
-    let o = dspark(&[
-        "eval",
-        "-m",
-        s(&target),
-        "-md",
-        s(&draft),
-        "--prompts",
-        s(&prompts),
-    ]);
+    let o = table(&[]);
     assert_eq!(o.status.code(), Some(2));
 }

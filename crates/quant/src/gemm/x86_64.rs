@@ -690,28 +690,6 @@ unsafe fn q8_rows_vnni<const G: usize>(
     }
 }
 
-/// The integer sums of one block of a packed tile (`w`: its 512 quant bytes) with one
-/// column's block (`x`: 32 quants; `bias` = `-128 · Σ x`), lane r for row r.
-///
-/// # Safety
-/// AVX-512 F and VNNI; `w` points at 512 readable bytes and `x` at 32.
-#[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn tile_block_isum(w: *const u8, x: *const i8, bias: i32) -> __m512i {
-    let mut s = _mm512_set1_epi32(bias);
-    for k in 0..8 {
-        // SAFETY: register k lies in the 512 bytes, quants 4k..4k + 4 in the 32.
-        let (wk, xk) = unsafe {
-            (
-                _mm512_loadu_si512(w.add(k * 64).cast()),
-                x.add(4 * k).cast::<i32>().read_unaligned(),
-            )
-        };
-        s = _mm512_dpbusd_epi32(s, wk, _mm512_set1_epi32(xk));
-    }
-    s
-}
-
 /// Where a tile kernel prefetches while it walks its blocks: at block b, the lines of
 /// `start + b · step .. start + (b + 1) · step` (a share of the next tile). Prefetching
 /// never faults, so `start` may point past the matrix.
@@ -732,98 +710,22 @@ impl Ahead {
     }
 }
 
-/// One block's scale products `d_w · d_x` of a packed tile (`dw`: its 16 f16 scales).
-///
-/// # Safety
-/// AVX-512 F; `dw` points at 32 readable bytes.
-#[target_feature(enable = "avx512f,avx512vl,f16c")]
-#[inline]
-unsafe fn tile_block_scale(dw: *const u8, dx: f32) -> __m512 {
-    // SAFETY: 32 bytes at dw, as the caller guarantees.
-    let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(dw.cast())) };
-    _mm512_mul_ps(dw, _mm512_set1_ps(dx))
-}
-
-/// One packed tile ([`super::Packed`]: 16 rows, `nb` blocks) · one column, with VNNI:
+/// One packed tile ([`super::Packed`]: 16 rows, `nb` blocks) · G columns, with VNNI:
 /// lane r of each register is row r. A block's integer sum is `-128 · Σ x` (`bias`) plus
 /// eight `vpdpbusd` of the tile's `w + 128` bytes with four of the column's quants
-/// broadcast: exact, as [`q8_group`]'s. The f32 steps are [`q8_group`]'s, lane for lane:
-/// eight accumulators (blocks b ≡ j mod 8 of the whole groups of eight, `fma(d_w · d_x,
-/// isum, acc)` in block order), the blocks left over added one by one from +0 as
-/// [`q8_tail`] does (`tail + (d_w · d_x) · isum`), then `((a0 + a4) + (a2 + a6)) + ((a1 +
-/// a5) + (a3 + a7)) + tail`, [`hsum`]'s order. So each row's result is the bits the
-/// row-by-row kernels give (tested).
+/// broadcast: exact, as [`q8_group`]'s. Each weight register is loaded once and fed to
+/// the G columns. The f32 steps of each column are [`q8_group`]'s, lane for lane: eight
+/// accumulators (blocks b ≡ j mod 8 of the whole groups of eight, `fma(d_w · d_x, isum,
+/// acc)` in block order), the blocks left over added one by one from +0 as [`q8_tail`]
+/// does (`tail + (d_w · d_x) · isum`), then `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 +
+/// a7)) + tail`, [`hsum`]'s order. So each row's result is the bits the row-by-row
+/// kernels give, whatever G (tested).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, VL and VNNI plus AVX2, FMA and F16C; `tile` is one
-/// whole packed tile of `nb` blocks and the column covers `nb` blocks (checked).
+/// whole packed tile of `nb` blocks and every column covers `nb` blocks (checked).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_tile_vnni(
-    tile: &[u8],
-    nb: usize,
-    d: &[f32],
-    q: &[i8],
-    bias: &[i32],
-    ahead: Ahead,
-) -> [f32; 16] {
-    assert_eq!(tile.len(), nb * super::PACK_BLOCK_BYTES);
-    assert!(d.len() >= nb && bias.len() >= nb && q.len() >= nb * QK8_0);
-    let quants = tile.as_ptr();
-    // SAFETY: the scales follow the nb · 512 bytes of quants inside the tile.
-    let scales = unsafe { quants.add(nb * 512) };
-    let xq = q.as_ptr();
-    // Block b's integer sums (as f32) and scale products; b < nb only.
-    macro_rules! block {
-        ($b:expr) => {{
-            let b = $b;
-            // SAFETY: block b < nb, so its 512 quant bytes, 32 scale bytes and the
-            // column's 32 quants are in bounds (asserted above); the CPU features are
-            // this function's.
-            unsafe {
-                (
-                    _mm512_cvtepi32_ps(tile_block_isum(
-                        quants.add(b * 512),
-                        xq.add(b * QK8_0),
-                        bias[b],
-                    )),
-                    tile_block_scale(scales.add(b * 32), d[b]),
-                )
-            }
-        }};
-    }
-    let full = nb / 8 * 8;
-    let mut acc = [_mm512_setzero_ps(); 8];
-    let mut b = 0;
-    while b < full {
-        for j in 0..8 {
-            ahead.block(b + j);
-            let (sum, scale) = block!(b + j);
-            acc[j] = _mm512_fmadd_ps(scale, sum, acc[j]);
-        }
-        b += 8;
-    }
-    let mut tail = _mm512_setzero_ps();
-    for b in full..nb {
-        ahead.block(b);
-        let (sum, scale) = block!(b);
-        tail = _mm512_add_ps(tail, _mm512_mul_ps(scale, sum));
-    }
-    let lo = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
-    let hi = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
-    let mut out = [0.0f32; 16];
-    // SAFETY: `out` holds 16 f32.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_add_ps(_mm512_add_ps(lo, hi), tail)) };
-    out
-}
-
-/// [`q8_tile_vnni`] for G columns at once: each weight register is loaded once and fed to
-/// the G columns' `vpdpbusd`; column c's operations are those of [`q8_tile_vnni`] on it
-/// alone, so the bits are the same (tested).
-///
-/// # Safety
-/// As [`q8_tile_vnni`], for every column.
-#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_tile_vnni_cols<const G: usize>(
+unsafe fn q8_tile_vnni<const G: usize>(
     tile: &[u8],
     nb: usize,
     d: [&[f32]; G],
@@ -936,46 +838,46 @@ unsafe fn q8_packed_rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mu
                 start: next.wrapping_add(c / PACK_GROUP * share),
                 step: share.div_ceil(nb).next_multiple_of(64),
             };
-            let d = |j: usize| x.q8(c + j).0;
-            let q = |j: usize| x.q8(c + j).1;
-            let bias = |j: usize| x.q8_bias(c + j);
-            let mut put = |j: usize, r: [f32; 16]| {
-                for (i, v) in r.into_iter().enumerate() {
-                    out[(t * super::PACK_ROWS + i) * n + c + j] = v;
-                }
-            };
-            // SAFETY: the caller guarantees the CPU features; the kernels check sizes.
+            let rows = &mut out[t * super::PACK_ROWS * n..(t + 1) * super::PACK_ROWS * n];
+            // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
             unsafe {
                 match g {
-                    1 => put(0, q8_tile_vnni(tile, nb, d(0), q(0), bias(0), ahead)),
-                    2 => {
-                        let r = q8_tile_vnni_cols::<2>(
-                            tile,
-                            nb,
-                            [d(0), d(1)],
-                            [q(0), q(1)],
-                            [bias(0), bias(1)],
-                            ahead,
-                        );
-                        r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
-                    }
-                    _ => {
-                        let r = q8_tile_vnni_cols::<3>(
-                            tile,
-                            nb,
-                            [d(0), d(1), d(2)],
-                            [q(0), q(1), q(2)],
-                            [bias(0), bias(1), bias(2)],
-                            ahead,
-                        );
-                        r.into_iter().enumerate().for_each(|(j, r)| put(j, r));
-                    }
+                    1 => tile_columns::<1>(tile, nb, x, c, ahead, rows),
+                    2 => tile_columns::<2>(tile, nb, x, c, ahead, rows),
+                    _ => tile_columns::<3>(tile, nb, x, c, ahead, rows),
                 }
             }
             c += g;
         }
     }
     tiles * super::PACK_ROWS
+}
+
+/// [`q8_tile_vnni`] on columns `c..c + G` of `x`, into the tile's 16 rows of `out`
+/// (row-major, all of `x`'s columns per row).
+///
+/// # Safety
+/// As [`q8_tile_vnni`].
+#[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_columns<const G: usize>(
+    tile: &[u8],
+    nb: usize,
+    x: &Columns<'_>,
+    c: usize,
+    ahead: Ahead,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    let d = std::array::from_fn(|j| x.q8(c + j).0);
+    let q = std::array::from_fn(|j| x.q8(c + j).1);
+    let bias = std::array::from_fn(|j| x.q8_bias(c + j));
+    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
+    let r = unsafe { q8_tile_vnni::<G>(tile, nb, d, q, bias, ahead) };
+    for (j, col) in r.iter().enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            out[i * n + c + j] = v;
+        }
+    }
 }
 
 /// Columns sharing one pass over a packed tile (their accumulators fill the registers).
