@@ -43,7 +43,8 @@
 #      * `dspark eval --stop-at-eos` over the N prompts (its τ, AR and speculative tok/s over the
 #        whole run including prefill, identical_to_ar);
 #      * per prompt, engines alternated (order reversed on odd prompts, to spread drift on a
-#        noisy machine): dspark generate AR, dspark generate speculative (dflash-draft file),
+#        noisy machine): dspark generate AR, dspark generate speculative (dflash-draft file;
+#        the default adaptive schedule, and --schedule fixed: every draft of every block),
 #        llama-completion (greedy AR), llama-speculative-simple --spec-type draft-dspark with
 #        dspark's llama-layout file and with llama.cpp converter's file;
 #      * llama-bench tg$TOKENS (target only).
@@ -177,6 +178,7 @@ NP=$(wc -l < "$W/prompts/subset.jsonl")
 GREEDY=(--temp 0 --top-k 1 --seed 1 --no-escape)  # --no-escape: llama.cpp unescapes \n, \' ... even in -f files by default
 run_dspark_ar()   { $NICE "$DSPARK" generate -m "$TARGET" -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
 run_dspark_spec() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
+run_dspark_spec_fixed() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" --schedule fixed -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
 run_llama_ar() {
   $NICE "$LLAMA_BIN/llama-completion" -m "$TARGET" -f "$2" -n $((TOKENS + N_MAX)) "${GREEDY[@]}" -t "$1" -tb "$1" \
     -c "$CTX" -no-cnv --no-display-prompt > "$3" 2> "$3.err" < /dev/null
@@ -191,6 +193,7 @@ run_step() {  # thread prompt-index engine
   case $e in
     dspark_ar) run_dspark_ar "$t" "$p" "$o" ;;
     dspark_spec) run_dspark_spec "$t" "$p" "$o" ;;
+    dspark_spec_fixed) run_dspark_spec_fixed "$t" "$p" "$o" ;;
     llama_ar) run_llama_ar "$t" "$p" "$o" ;;
     llama_spec_dsparkfile) run_llama_spec "$t" "$p" "$o" "$DS_LLAMA" ;;
     llama_spec_llamafile) run_llama_spec "$t" "$p" "$o" "$LC_LLAMA" ;;
@@ -200,7 +203,7 @@ run_step() {  # thread prompt-index engine
 }
 
 rm -f "$W/runs/failures"
-ENGINES=(dspark_ar dspark_spec llama_ar llama_spec_dsparkfile llama_spec_llamafile)
+ENGINES=(dspark_ar dspark_spec dspark_spec_fixed llama_ar llama_spec_dsparkfile llama_spec_llamafile)
 for t in $THREADS; do
   cut -d' ' -f1-3 /proc/loadavg > "$W/runs/t$t-load"
   rm -f "$W/runs/t$t-quiet"
@@ -247,6 +250,7 @@ def dspark_gen(p):
     committed = sum((m + 1) * n for m, n in enumerate(st["acceptance_histogram"]))
     text = d.get("text", "")
     return {"tokens": d["tokens"], "text": text, "generated": st["generated"], "rounds": st["rounds"],
+            "plain_steps": st.get("plain_steps", 0),
             "prompt_tokens": st["prompt_tokens"],
             "committed": committed, "eval_s": st["seconds"]["eval"], "eval_tokens": max(st["generated"] - 1, 0),
             "eval_tps": st["eval_tokens_per_second"], "stop": st["stop_reason"]}
@@ -297,25 +301,28 @@ for t in threads:
              "foreign_cpu_during": float(l.split()[3]), "attempts": int(l.split()[4])}
              for l in (rd(runs / f"t{t}-quiet") or "").splitlines() if l.strip()}
     A = {k: {"tok": 0, "s": 0.0, "committed": 0, "rounds": 0, "same": 0, "n": 0, "rates": []} for k in
-         ["dspark_ar", "dspark_spec", "llama_ar", "llama_spec_dsparkfile", "llama_spec_llamafile"]}
+         ["dspark_ar", "dspark_spec", "dspark_spec_fixed", "llama_ar", "llama_spec_dsparkfile", "llama_spec_llamafile"]}
     cross_same = 0
     for i in range(NP):
         f = lambda e: runs / f"t{t}-p{i:03d}-{e}.out"
         da, dsp, la = dspark_gen(f("dspark_ar")), dspark_gen(f("dspark_spec")), llama_ar(f("llama_ar"))
+        dsf = dspark_gen(f("dspark_spec_fixed"))
         l1, l2 = llama_spec(f("llama_spec_dsparkfile"), prompts[i]), llama_spec(f("llama_spec_llamafile"), prompts[i])
         row = {"prompt": i}
-        for k, v in [("dspark_ar", da), ("dspark_spec", dsp), ("llama_ar", la),
+        for k, v in [("dspark_ar", da), ("dspark_spec", dsp), ("dspark_spec_fixed", dsf), ("llama_ar", la),
                      ("llama_spec_dsparkfile", l1), ("llama_spec_llamafile", l2)]:
             a = A[k]
             if v is None: row[k] = None; continue
             if k.startswith("dspark"):
                 a["tok"] += v["eval_tokens"]; a["s"] += v["eval_s"]; a["rates"].append(pooled(v["eval_tokens"], v["eval_s"]))
                 row[k] = {"generated": v["generated"], "eval_tps": v["eval_tps"], "stop": v["stop"]}
-                if k == "dspark_spec":
+                if k.startswith("dspark_spec"):
                     a["committed"] += v["committed"]; a["rounds"] += v["rounds"]
+                    a["plain_steps"] = a.get("plain_steps", 0) + v["plain_steps"]
                     same = da is not None and v["tokens"] == da["tokens"]
                     a["same"] += same; a["n"] += 1
-                    row[k].update({"tau": pooled(v["committed"], v["rounds"]), "identical_to_ar_tokens": same})
+                    row[k].update({"tau": pooled(v["committed"], v["rounds"]), "identical_to_ar_tokens": same,
+                                   "rounds": v["rounds"], "plain_steps": v["plain_steps"]})
             elif k == "llama_ar":
                 if v["eval_s"]:
                     a["tok"] += v["eval_tokens"]; a["s"] += v["eval_s"]; a["rates"].append(v["eval_tokens"] / v["eval_s"])
@@ -342,6 +349,7 @@ for t in threads:
     summ = {k: {"gen_phase_tps": pooled(a["tok"], a["s"]), "median_prompt_tps": median(a["rates"]),
                 "tau": pooled(a["committed"], a["rounds"]) if "spec" in k else None,
                 "identical_to_ar": f"{a['same']}/{a['n']}" if "spec" in k else None,
+                "rounds": a["rounds"] if "spec" in k else None, "plain_steps": a.get("plain_steps"),
                 "runs_with_stats": len(a["rates"])} for k, a in A.items()}
     tg = None
     if bench:
@@ -383,7 +391,8 @@ for t, r in res["threads"].items():
         L.append(f"| {eng} | {file} | {f2(ar,1)} | {f2(arm,1)} | {f2(sp,1)} | {f2(spm,1)} | "
                  f"{f2(sp/ar if sp and ar else None)} / {f2(spm/arm if spm and arm else None)} | "
                  f"{f2(s[k]['tau'],3)} | {s[k]['identical_to_ar']} |")
-    row("dspark generate", "dspark dflash-draft", "dspark_ar", "dspark_spec")
+    row("dspark generate (adaptive schedule)", "dspark dflash-draft", "dspark_ar", "dspark_spec")
+    row("dspark generate --schedule fixed", "dspark dflash-draft", "dspark_ar", "dspark_spec_fixed")
     row("llama.cpp", "dspark --layout llama.cpp", "llama_ar", "llama_spec_dsparkfile")
     row("llama.cpp", "llama.cpp converter", "llama_ar", "llama_spec_llamafile")
     if ev:
@@ -398,12 +407,14 @@ for t, r in res["threads"].items():
         f"({pct(c['rel_diff'])}, within 5%: {c['within_5pct']})"
         for k, c in r["tau_vs_dspark"].items()) + ".",
         f"llama.cpp AR text == dspark AR text: {r['llama_ar_text_equals_dspark_ar_text']}.", "",
-        "| prompt | dspark τ | llama.cpp τ (dspark file) | llama.cpp τ (llama.cpp file) | dspark spec==AR | llama.cpp spec==AR (d/l) | other CPU during / attempts |",
+        f"dspark adaptive: {s['dspark_spec']['rounds']} rounds and {s['dspark_spec']['plain_steps']} plain steps "
+        f"(fixed: {s['dspark_spec_fixed']['rounds']} rounds).", "",
+        "| prompt | dspark τ (fixed / adaptive) | llama.cpp τ (dspark file) | llama.cpp τ (llama.cpp file) | dspark spec==AR (adaptive / fixed) | llama.cpp spec==AR (d/l) | other CPU during / attempts |",
         "|---|---|---|---|---|---|---|"]
     for p in r["per_prompt"]:
         g = lambda k, f: (p.get(k) or {}).get(f)
-        L.append(f"| {p['prompt']} | {f2(g('dspark_spec','tau'),2)} | {f2(g('llama_spec_dsparkfile','tau'),2)} | "
-                 f"{f2(g('llama_spec_llamafile','tau'),2)} | {g('dspark_spec','identical_to_ar_tokens')} | "
+        L.append(f"| {p['prompt']} | {f2(g('dspark_spec_fixed','tau'),2)} / {f2(g('dspark_spec','tau'),2)} | {f2(g('llama_spec_dsparkfile','tau'),2)} | "
+                 f"{f2(g('llama_spec_llamafile','tau'),2)} | {g('dspark_spec','identical_to_ar_tokens')} / {g('dspark_spec_fixed','identical_to_ar_tokens')} | "
                  f"{g('llama_spec_dsparkfile','identical_to_ar_text')}/{g('llama_spec_llamafile','identical_to_ar_text')} | "
                  f"{g('machine','foreign_cpu_during')} / {g('machine','attempts')} |")
     L.append("")

@@ -13,8 +13,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dspark_output::{check_output, AtomicFile};
 use dspark_runtime::generate::{
-    autoregressive, speculative, Observer, Request, Round, Stats, StopReason,
+    autoregressive, speculative_with, Observer, PlainStep, Plan, Request, Round, Stats, StopReason,
 };
+use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
 use serde_json::json;
 
@@ -62,6 +63,14 @@ pub struct GenerateArgs {
     /// Do not stop at the target's end-of-sequence token.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// How many drafts each round verifies: `adaptive` chooses per round from the
+    /// acceptance and the forward times measured in the run; `fixed` verifies every draft
+    /// (up to --draft-max). The output is the same either way.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Adaptive)]
+    pub schedule: ScheduleArg,
+    /// The most drafts a round verifies (default: the drafter's block).
+    #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
+    pub draft_max: Option<u64>,
     /// Worker threads (default: all cores).
     #[arg(short = 't', long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
@@ -75,6 +84,24 @@ pub struct GenerateArgs {
     /// tokenizer) and `stats` (see `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--schedule`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScheduleArg {
+    /// Per round, from measured acceptance and costs.
+    Adaptive,
+    /// Every draft, up to --draft-max.
+    Fixed,
+}
+
+impl From<ScheduleArg> for Schedule {
+    fn from(s: ScheduleArg) -> Schedule {
+        match s {
+            ScheduleArg::Adaptive => Schedule::Adaptive,
+            ScheduleArg::Fixed => Schedule::Fixed,
+        }
+    }
 }
 
 /// Streams committed tokens to stdout and rounds to the trace.
@@ -93,6 +120,16 @@ impl Printer<'_> {
         }
         if let Some(out) = self.stdout.as_mut() {
             if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+impl Printer<'_> {
+    fn trace_line(&mut self, line: &str) {
+        if let (Some(w), None) = (self.trace.as_mut(), &self.error) {
+            if let Err(e) = writeln!(w, "{line}") {
                 self.error = Some(e);
             }
         }
@@ -124,12 +161,11 @@ impl Observer for Printer<'_> {
     }
 
     fn round(&mut self, r: &Round) {
-        if let (Some(w), None) = (self.trace.as_mut(), &self.error) {
-            let line = serde_json::to_string(r).expect("a round serializes");
-            if let Err(e) = writeln!(w, "{line}") {
-                self.error = Some(e);
-            }
-        }
+        self.trace_line(&serde_json::to_string(r).expect("a round serializes"));
+    }
+
+    fn plain_step(&mut self, p: &PlainStep) {
+        self.trace_line(&serde_json::to_string(p).expect("a plain step serializes"));
     }
 
     fn interrupted(&self) -> bool {
@@ -211,6 +247,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     inputs.extend(a.draft.as_deref());
     inputs.extend(a.tokenizer.as_deref());
     inputs.extend(a.prompt_file.as_deref().filter(|p| *p != Path::new("-")));
+    if a.draft_max.is_some() && a.draft.is_none() {
+        usage!("--draft-max limits the drafts a speculative round verifies: it needs --draft");
+    }
     if let Some(t) = &a.trace {
         if a.draft.is_none() {
             usage!("--trace records speculative rounds: it needs --draft");
@@ -326,6 +365,12 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         eos,
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
+    let plan = Plan {
+        schedule: a.schedule.into(),
+        draft_max: a
+            .draft_max
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    };
     let positions = req.positions(drafts).min(context);
     let mut session = model
         .session(positions)
@@ -352,7 +397,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     };
     let result = crate::on_pool(|| match draft_session.as_mut() {
         None => autoregressive(&mut session, &req, &mut printer),
-        Some(d) => speculative(&mut session, d, &req, &mut printer),
+        Some(d) => speculative_with(&mut session, d, &req, plan, &mut printer),
     });
     if !a.json {
         printer.write(b"\n");

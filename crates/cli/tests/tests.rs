@@ -1055,23 +1055,39 @@ fn generate_with_and_without_draft() {
     assert_eq!(p["tokens"], q["tokens"]);
     assert_eq!(q["tokens"].as_array().unwrap().len(), 30);
     let rounds = q["stats"]["rounds"].as_u64().unwrap();
+    let plain_steps = q["stats"]["plain_steps"].as_u64().unwrap();
     let lines: Vec<serde_json::Value> = fs::read_to_string(&trace)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len() as u64, rounds);
-    // The trace's committed tokens, after the first (prefill) token, are the output.
+    assert_eq!(lines.len() as u64, rounds + plain_steps);
+    // The trace's committed tokens, after the first (prefill) token, are the output; each
+    // line follows the last one's committed tokens.
     let mut replay = vec![q["tokens"][0].clone()];
+    let mut plain = 0;
     for l in &lines {
-        assert_eq!(l["drafted"].as_array().unwrap().len(), 4);
-        assert_eq!(l["confidences"].as_array().unwrap().len(), 4);
         assert_eq!(
-            l["committed"].as_array().unwrap().len() as u64,
-            l["accepted"].as_u64().unwrap() + 1
+            l["position"].as_u64().unwrap() as usize,
+            3 + replay.len() - 1
         );
+        if l["plain"] == true {
+            plain += 1;
+            assert_eq!(l["committed"].as_array().unwrap().len(), 1);
+        } else {
+            assert_eq!(l["drafted"].as_array().unwrap().len(), 4);
+            assert_eq!(l["confidences"].as_array().unwrap().len(), 4);
+            let verified = l["verified"].as_u64().unwrap();
+            assert!(verified <= l["planned"].as_u64().unwrap() && verified <= 4);
+            assert!(l["accepted"].as_u64().unwrap() <= verified);
+            assert_eq!(
+                l["committed"].as_array().unwrap().len() as u64,
+                l["accepted"].as_u64().unwrap() + 1
+            );
+        }
         replay.extend(l["committed"].as_array().unwrap().iter().cloned());
     }
+    assert_eq!(plain, plain_steps);
     replay.truncate(30);
     assert_eq!(serde_json::Value::Array(replay), q["tokens"]);
     let hist: u64 = q["stats"]["acceptance_histogram"]

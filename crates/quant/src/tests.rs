@@ -467,8 +467,8 @@ fn packed_q8_0_tiles_give_the_same_bits() {
         let p = Packed::of_with(&vnni, &w).unwrap().expect("a whole tile");
         assert_eq!(p.bytes() as usize, rows / 16 * 16 * cols / 32 * 34);
         let wp = w.with_packed(&p);
-        let x: Vec<f32> = (0..9 * cols).map(|_| rng.normal() * 2.0).collect();
-        for n in 1..=9 {
+        let x: Vec<f32> = (0..33 * cols).map(|_| rng.normal() * 2.0).collect();
+        for n in (1..=9).chain([16, 17, 33]) {
             let run = |k: &Kernels, w: &Matrix<'_>| {
                 let mut y = vec![0.0f32; n * rows];
                 gemm_with(k, w, &x[..n * cols], &mut y);

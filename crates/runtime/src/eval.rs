@@ -188,6 +188,8 @@ mod tests {
             drafted: vec![0; verified],
             confidences: conf.to_vec(),
             verified,
+            planned: verified,
+            predicted_gain: 1.0,
             accepted,
             committed: vec![0; accepted + 1],
         }

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
 use crate::models::dspark::DraftSession;
+use crate::schedule::{Planner, Schedule};
 use crate::target::{Logits, Target};
 
 /// Positions per prefill forward: as many columns as the widest kernel pass takes, so
@@ -104,11 +105,30 @@ pub struct Round {
     pub drafted: Vec<u32>,
     /// Their confidences (empty without a confidence head).
     pub confidences: Vec<f32>,
-    /// Drafts verified by the target (the first ones; fewer than drafted near the end).
+    /// Drafts verified by the target (the first ones): as planned, or fewer near the end.
     pub verified: usize,
+    /// Drafts the schedule planned to verify ([`crate::schedule`]).
+    pub planned: usize,
+    /// The plan's predicted tokens per second over verifying every draft (1 when the
+    /// plan is to verify every draft).
+    pub predicted_gain: f64,
     /// Drafts accepted.
     pub accepted: usize,
     /// Tokens committed this round (accepted drafts, then the bonus), after stop rules.
+    pub committed: Vec<u32>,
+}
+
+/// A step of a speculative run that did not draft (the schedule's gate), as `--trace`
+/// records it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlainStep {
+    /// Position of the anchor.
+    pub position: usize,
+    /// The anchor token.
+    pub anchor: u32,
+    /// Always true: tells a plain step's trace line from a round's.
+    pub plain: bool,
+    /// The token committed (after stop rules: empty if cut).
     pub committed: Vec<u32>,
 }
 
@@ -138,6 +158,9 @@ pub struct Stats {
     pub generated: usize,
     /// Draft–verify rounds (0 for plain decoding).
     pub rounds: usize,
+    /// Steps of a speculative run that did not draft (the schedule's gate): plain decode
+    /// steps, not counted in `rounds`.
+    pub plain_steps: usize,
     /// Mean tokens committed per round (accepted drafts + the bonus); 1 without rounds.
     pub mean_acceptance_length: f64,
     /// `acceptance_histogram[m]`: rounds in which m drafts were accepted.
@@ -191,6 +214,8 @@ pub trait Observer {
     fn tokens(&mut self, _tokens: &[u32]) {}
     /// A speculative round, after its tokens.
     fn round(&mut self, _round: &Round) {}
+    /// A plain step of a speculative run, after its token.
+    fn plain_step(&mut self, _step: &PlainStep) {}
     /// Polled between steps: true stops the run (stop reason `interrupted`).
     fn interrupted(&self) -> bool {
         false
@@ -389,11 +414,41 @@ pub fn autoregressive(
     Ok(out.finish(stats, started, prompt_done))
 }
 
-/// Greedy speculative decoding with a drafter session (empty, for the same sequence).
+/// How a speculative run chooses the drafts each round verifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Fixed or adaptive ([`crate::schedule`]).
+    pub schedule: Schedule,
+    /// The most drafts a round verifies (`None`: every draft of a block).
+    pub draft_max: Option<usize>,
+}
+
+impl Plan {
+    /// Every draft of every block.
+    pub const FIXED: Plan = Plan {
+        schedule: Schedule::Fixed,
+        draft_max: None,
+    };
+}
+
+/// Greedy speculative decoding with a drafter session (empty, for the same sequence),
+/// verifying every draft of every block ([`Plan::FIXED`]).
 pub fn speculative(
     target: &mut dyn Target,
     drafter: &mut DraftSession,
     req: &Request<'_>,
+    obs: &mut dyn Observer,
+) -> Result<Outcome> {
+    speculative_with(target, drafter, req, Plan::FIXED, obs)
+}
+
+/// [`speculative`] with the drafts per round chosen by `plan`: the same tokens whatever it
+/// chooses, at another speed.
+pub fn speculative_with(
+    target: &mut dyn Target,
+    drafter: &mut DraftSession,
+    req: &Request<'_>,
+    plan: Plan,
     obs: &mut dyn Observer,
 ) -> Result<Outcome> {
     let model = std::sync::Arc::clone(drafter.model());
@@ -438,21 +493,55 @@ pub fn speculative(
     )?;
     let prompt_done = out.start(prefilled, obs)?;
     let vocab = target.shape().vocab;
+    let per_block = model.drafts_per_block();
+    let mut planner = Planner::new(
+        plan.schedule,
+        plan.draft_max.unwrap_or(per_block).min(per_block),
+    );
     while out.going(obs) {
         let anchor = *out.tokens.last().expect("a token was generated");
+        let committed = target.len();
+        if !planner.draft_now() {
+            // A plain step: the anchor alone, its features to the drafter.
+            let t = Instant::now();
+            let f = target.forward(&[anchor], &capture, Logits::Last)?;
+            let forward_s = t.elapsed().as_secs_f64();
+            stats.seconds.target += forward_s;
+            target.commit();
+            let t = Instant::now();
+            drafter.add_context(&f.captured[..width])?;
+            stats.seconds.drafter += t.elapsed().as_secs_f64();
+            planner.record_plain(forward_s);
+            stats.plain_steps += 1;
+            let kept = out.push(&[pick(&f.logits, committed)?]).to_vec();
+            obs.tokens(&kept);
+            obs.plain_step(&PlainStep {
+                position: committed,
+                anchor,
+                plain: true,
+                committed: kept,
+            });
+            continue;
+        }
         let t = Instant::now();
         let draft = drafter.draft(&*target, anchor)?;
-        stats.seconds.drafter += t.elapsed().as_secs_f64();
-        // Verify only drafts that can still be committed and still fit the session.
-        let committed = target.len();
+        let mut drafter_s = t.elapsed().as_secs_f64();
+        // Verify the planned drafts, only those that can still be committed and still fit
+        // the session.
         let room = target.capacity() - committed;
-        let n = draft.tokens.len().min(out.remaining() - 1).min(room - 1);
+        let choice = planner.choose(&draft.confidences);
+        let n = choice
+            .planned
+            .min(draft.tokens.len())
+            .min(out.remaining() - 1)
+            .min(room - 1);
         let mut verify = Vec::with_capacity(n + 1);
         verify.push(anchor);
         verify.extend(&draft.tokens[..n]);
         let t = Instant::now();
         let f = target.forward(&verify, &capture, Logits::All)?;
-        stats.seconds.target += t.elapsed().as_secs_f64();
+        let verify_s = t.elapsed().as_secs_f64();
+        stats.seconds.target += verify_s;
         let targets = f
             .logits
             .chunks_exact(vocab)
@@ -469,7 +558,9 @@ pub fn speculative(
         target.commit();
         let t = Instant::now();
         drafter.add_context(&f.captured[..(m + 1) * width])?;
-        stats.seconds.drafter += t.elapsed().as_secs_f64();
+        drafter_s += t.elapsed().as_secs_f64();
+        stats.seconds.drafter += drafter_s;
+        planner.record(n, m, &draft.confidences, drafter_s, verify_s);
         let mut new = draft.tokens[..m].to_vec();
         new.push(targets[m]);
         let kept = out.push(&new).to_vec();
@@ -485,6 +576,8 @@ pub fn speculative(
             position: committed,
             anchor,
             verified: n,
+            planned: choice.planned,
+            predicted_gain: choice.predicted_gain,
             accepted: m,
             drafted: draft.tokens,
             confidences: draft.confidences,

@@ -44,6 +44,7 @@ pub mod generate;
 pub mod memory;
 pub mod models;
 pub mod nn;
+pub mod schedule;
 pub mod target;
 pub mod tokenizer;
 mod weights;

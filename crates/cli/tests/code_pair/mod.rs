@@ -212,3 +212,80 @@ fn plain_decoding_reproduces_llama_cpp_greedy_text() {
         );
     }
 }
+
+/// `generate` on the trained pair: the adaptive schedule (the default, which trims blocks
+/// and takes plain steps by measured cost) and fixed blocks of any cap give the plain
+/// greedy tokens, and the trace replays the output step by step.
+#[test]
+fn every_schedule_generates_the_plain_greedy_tokens() {
+    let tmp = Tmp::new();
+    let target = pair().join("target.gguf");
+    let draft = tmp.path("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&pair().join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    let text = fs::read_to_string(pair().join("heldout.jsonl")).unwrap();
+    for (i, line) in text.lines().take(3).enumerate() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let prompt = tmp.path(&format!("p{i}.txt"));
+        fs::write(&prompt, row["prompt"].as_str().unwrap()).unwrap();
+        let run = |extra: &[&str]| {
+            let mut args = vec![
+                "generate",
+                "-m",
+                s(&target),
+                "-f",
+                s(&prompt),
+                "-n",
+                "96",
+                "--ignore-eos",
+                "-t",
+                "2",
+                "--json",
+            ];
+            args.extend_from_slice(extra);
+            let o = dspark(&args);
+            assert_ok(&o);
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+        };
+        let plain = run(&[]);
+        let trace = tmp.path(&format!("t{i}.jsonl"));
+        let adaptive = run(&["--draft", s(&draft), "--trace", s(&trace)]);
+        assert_eq!(adaptive["tokens"], plain["tokens"], "prompt {i}, adaptive");
+        let stats = &adaptive["stats"];
+        // The warm-up takes one plain step, so every run has at least one.
+        assert!(stats["plain_steps"].as_u64().unwrap() >= 1, "{stats}");
+        let mut replay = vec![adaptive["tokens"][0].clone()];
+        for l in fs::read_to_string(&trace).unwrap().lines() {
+            let l: serde_json::Value = serde_json::from_str(l).unwrap();
+            replay.extend(l["committed"].as_array().unwrap().iter().cloned());
+        }
+        assert_eq!(serde_json::Value::Array(replay), adaptive["tokens"]);
+        for cap in ["1", "3", "8"] {
+            for schedule in ["fixed", "adaptive"] {
+                let o = run(&[
+                    "--draft",
+                    s(&draft),
+                    "--schedule",
+                    schedule,
+                    "--draft-max",
+                    cap,
+                ]);
+                assert_eq!(o["tokens"], plain["tokens"], "prompt {i}, {schedule} {cap}");
+                if schedule == "fixed" {
+                    let st = &o["stats"];
+                    let (rounds, verified) = (
+                        st["rounds"].as_u64().unwrap(),
+                        st["drafts_verified"].as_u64().unwrap(),
+                    );
+                    assert_eq!(st["plain_steps"], 0);
+                    assert!(verified <= rounds * cap.parse::<u64>().unwrap(), "{st}");
+                }
+            }
+        }
+    }
+}

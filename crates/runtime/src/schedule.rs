@@ -1,0 +1,524 @@
+//! How many drafts a speculative round verifies, and whether to draft at all
+//! (`shared/spec/runtime-math.md` §5.1 and §5.8, at T = 0).
+//!
+//! A verify forward of ℓ drafts costs more the more tokens it carries: on a small target
+//! (compute-bound) almost in proportion, on a large one (memory-bound) a little. Verifying
+//! the j-th draft is worth its survival `a_j` (the chance that drafts 1..=j are all
+//! accepted), so the round that commits the most tokens per second verifies
+//!
+//! `ℓ* = argmax_ℓ E(ℓ) / (T_draft + T_verify(ℓ + 1))`, with `E(ℓ) = 1 + Σ_{j≤ℓ} a_j`,
+//!
+//! searched over every ℓ in `0..=max` (the cost is a staircase: a first-descent search would
+//! stop on a shelf). The survivals are the products of this round's confidences (the
+//! drafter's confidence head) calibrated against the acceptance observed in the run: per
+//! depth, the confidences are scaled by observed / predicted acceptance, since the head is
+//! trained for sampling at T = 1, not greedy matching (§3.3). A drafter without the head
+//! uses the observed acceptance per depth alone. The costs are the run's own timings (an
+//! exponential average per verify width; linear between the widths measured and below
+//! them, flat above them). A trimmed length is used only when its predicted rate beats
+//! verifying everything by [`MIN_GAIN`] (TensorRT-LLM's guard).
+//!
+//! Before drafting, a gate compares the best rate the history predicts with a plain decode
+//! step's, `1 / T_verify(1)`: when drafting does not pay by [`MIN_GAIN`], the step is a
+//! plain decode (its features still go to the drafter), so a useless drafter costs almost
+//! nothing. The first steps measure three widths (the whole block, one draft, a plain
+//! step). While the gate stays shut, a probe round still drafts after [`PROBE`] plain
+//! steps, then after twice as many each time it does not reopen the gate, up to
+//! [`MAX_PROBE`]; and every [`FULL_EVERY`]-th round verifies the whole block, so the
+//! statistics never freeze and a drafter that never pays costs a few per cent.
+//!
+//! Greedy verification accepts the same tokens whatever ℓ is and whether a step drafts
+//! (the target's argmax decides each position), so the schedule changes only the speed,
+//! never the output.
+
+use serde::Serialize;
+
+/// How the number of drafts to verify is chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// Per round, from the acceptance and the costs measured in the run (the module doc).
+    #[default]
+    Adaptive,
+    /// Every draft, up to the cap.
+    Fixed,
+}
+
+/// Minimum predicted gain of a trimmed length over verifying everything (runtime-math
+/// §5.3: TensorRT-LLM's `confidence_min_predicted_gain` default).
+pub const MIN_GAIN: f64 = 0.04;
+
+/// Plain steps after which a probe round drafts although the gate is shut (doubling, up
+/// to [`MAX_PROBE`], while probes do not reopen it).
+pub const PROBE: u64 = 8;
+
+/// The longest run of plain steps between probes.
+pub const MAX_PROBE: u64 = 64;
+
+/// Every this many rounds one verifies the whole block, whatever the plan, so the
+/// acceptance of deep positions is still observed.
+pub const FULL_EVERY: u64 = 16;
+
+/// Weight a round's acceptance keeps per round after it: the statistics follow the text
+/// (about the last 20 rounds), not the whole run.
+pub const MEMORY: f64 = 0.95;
+
+/// Weight of the newest timing in each cost's exponential average.
+const SMOOTHING: f64 = 0.25;
+
+/// The per-run state of a [`Schedule`]: acceptance and confidence sums per depth, and
+/// measured costs.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    schedule: Schedule,
+    max: usize,
+    /// `reached[j - 1]`: rounds whose draft j was verified with drafts 1..j accepted
+    /// (each round's weight decays by [`MEMORY`] per round after it).
+    reached: Vec<f64>,
+    /// `accepted[j - 1]`: of those, the rounds that accepted draft j too.
+    accepted: Vec<f64>,
+    /// `predicted[j - 1]`: of those, the sum of draft j's confidences.
+    predicted: Vec<f64>,
+    /// `verify[m - 1]`: seconds of a verify forward of m tokens, where measured.
+    verify: Vec<Option<f64>>,
+    /// Seconds of the drafter per round (drafting and taking the committed features).
+    draft: Option<f64>,
+    /// Steps so far: rounds and plain steps.
+    steps: u64,
+    /// Rounds so far.
+    rounds: u64,
+    /// The step of the last round.
+    last_round: u64,
+    /// Plain steps after which the next probe drafts.
+    probe_after: u64,
+}
+
+/// What the plan was for a step, as the trace records it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Choice {
+    /// Drafts planned (before the end of the budget or the session trims them).
+    pub planned: usize,
+    /// Predicted committed tokens per second of the plan over verifying everything (1 for
+    /// a forced or fixed choice).
+    pub predicted_gain: f64,
+}
+
+impl Planner {
+    /// A planner verifying at most `max` drafts per round.
+    pub fn new(schedule: Schedule, max: usize) -> Planner {
+        Planner {
+            schedule,
+            max,
+            reached: vec![0.0; max],
+            accepted: vec![0.0; max],
+            predicted: vec![0.0; max],
+            verify: vec![None; max + 1],
+            draft: None,
+            steps: 0,
+            rounds: 0,
+            last_round: 0,
+            probe_after: PROBE,
+        }
+    }
+
+    /// The most drafts a round verifies.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The drafts this step must verify, when forced: a fixed schedule's, the warm-up's
+    /// (the whole block, one draft, a plain step) and every [`FULL_EVERY`]-th round's.
+    fn forced(&self) -> Option<usize> {
+        if self.schedule == Schedule::Fixed || self.max == 0 {
+            return Some(self.max);
+        }
+        match self.steps {
+            0 => Some(self.max),
+            1 => Some(1),
+            2 => Some(0),
+            _ if self.rounds.is_multiple_of(FULL_EVERY) => Some(self.max),
+            _ => None,
+        }
+    }
+
+    /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
+    /// plain step's by [`MIN_GAIN`].
+    fn gate_open(&self) -> bool {
+        let history = self.survivals(&[]);
+        let best = (1..=self.max)
+            .map(|l| self.rate(&history, l))
+            .fold(0.0, f64::max);
+        best >= (1.0 + MIN_GAIN) * self.plain_rate()
+    }
+
+    /// Whether to draft this step (false: a plain decode step), decided before drafting
+    /// from the history alone (the gate), or because a probe is due.
+    pub fn draft_now(&self) -> bool {
+        if self.schedule == Schedule::Fixed || self.max == 0 || self.steps < 3 {
+            return self.forced().is_some_and(|l| l > 0);
+        }
+        self.gate_open() || self.steps - self.last_round > self.probe_after
+    }
+
+    /// Drafts to verify this round (at most [`Planner::max`]), given the round's
+    /// confidences (empty without a confidence head).
+    pub fn choose(&self, confidences: &[f32]) -> Choice {
+        if let Some(l) = self.forced() {
+            return Choice {
+                planned: l.max(1).min(self.max),
+                predicted_gain: 1.0,
+            };
+        }
+        let a = self.survivals(confidences);
+        let best = (0..=self.max)
+            .max_by(|&x, &y| {
+                self.rate(&a, x)
+                    .total_cmp(&self.rate(&a, y))
+                    .then(y.cmp(&x))
+            })
+            .unwrap_or(self.max);
+        let all = self.rate(&a, self.max);
+        let gain = |l: usize| {
+            if all > 0.0 {
+                self.rate(&a, l) / all
+            } else {
+                1.0
+            }
+        };
+        if best < self.max && gain(best) < 1.0 + MIN_GAIN {
+            Choice {
+                planned: self.max,
+                predicted_gain: 1.0,
+            }
+        } else {
+            Choice {
+                planned: best,
+                predicted_gain: gain(best),
+            }
+        }
+    }
+
+    /// Records a round that verified `verified` drafts (whose confidences were
+    /// `confidences`, empty without a head) and accepted `accepted` of them, with the
+    /// drafter's and the verify forward's seconds.
+    pub fn record(
+        &mut self,
+        verified: usize,
+        accepted: usize,
+        confidences: &[f32],
+        drafter_s: f64,
+        verify_s: f64,
+    ) {
+        let verified = verified.min(self.max);
+        let accepted = accepted.min(verified);
+        for sums in [&mut self.reached, &mut self.accepted, &mut self.predicted] {
+            sums.iter_mut().for_each(|x| *x *= MEMORY);
+        }
+        // Draft j was reached when drafts 1..j were accepted: j <= accepted + 1.
+        for j in 1..=verified.min(accepted + 1) {
+            self.reached[j - 1] += 1.0;
+            self.predicted[j - 1] += confidences.get(j - 1).map_or(0.5, |&c| f64::from(c));
+            if j <= accepted {
+                self.accepted[j - 1] += 1.0;
+            }
+        }
+        self.verify[verified] = average(self.verify[verified], verify_s);
+        self.draft = average(self.draft, drafter_s);
+        self.last_round = self.steps;
+        self.steps += 1;
+        self.rounds += 1;
+        // After the warm-up, a round that leaves the gate shut was a probe that failed:
+        // wait longer.
+        if self.last_round >= 3 {
+            self.probe_after = if self.gate_open() {
+                PROBE
+            } else {
+                (self.probe_after * 2).min(MAX_PROBE)
+            };
+        }
+    }
+
+    /// Records a plain decode step of `forward_s` seconds.
+    pub fn record_plain(&mut self, forward_s: f64) {
+        self.verify[0] = average(self.verify[0], forward_s);
+        self.steps += 1;
+    }
+
+    /// Survivals `a_1..a_max` for this round: from the confidences calibrated per depth
+    /// (observed acceptance / mean confidence), or from the observed acceptance alone
+    /// (one accept and one reject of prior) when there are fewer confidences than depths.
+    fn survivals(&self, confidences: &[f32]) -> Vec<f64> {
+        let mut a = Vec::with_capacity(self.max);
+        let mut survival = 1.0;
+        for j in 0..self.max {
+            let observed = (self.accepted[j] + 1.0) / (self.reached[j] + 2.0);
+            let c = match confidences.get(j) {
+                Some(&c) if confidences.len() >= self.max && c.is_finite() => {
+                    let mean = (self.predicted[j] + 0.5) / (self.reached[j] + 1.0);
+                    (f64::from(c) * observed / mean.max(1e-3)).clamp(0.0, 1.0)
+                }
+                _ => observed,
+            };
+            survival *= c;
+            a.push(survival);
+        }
+        a
+    }
+
+    /// Predicted committed tokens per second verifying `l` drafts with survivals `a`
+    /// (0 before any cost is measured).
+    fn rate(&self, a: &[f64], l: usize) -> f64 {
+        let cost = self.draft.unwrap_or(0.0) + self.verify_cost(l + 1);
+        if cost > 0.0 {
+            (1.0 + a[..l.min(a.len())].iter().sum::<f64>()) / cost
+        } else {
+            0.0
+        }
+    }
+
+    /// Tokens per second of a plain decode step.
+    fn plain_rate(&self) -> f64 {
+        let t = self.verify_cost(1);
+        if t > 0.0 {
+            1.0 / t
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// `E(l) = 1 + Σ_{j≤l} a_j` from the observed acceptance alone: tokens a round
+    /// verifying `l` drafts commits on average.
+    pub fn expected_tokens(&self, l: usize) -> f64 {
+        1.0 + self.survivals(&[])[..l.min(self.max)].iter().sum::<f64>()
+    }
+
+    /// Seconds of a verify forward of `m` tokens: measured; else linear between the nearest
+    /// measured widths; below them, the line through the two lowest (at most the lowest's
+    /// cost, at least 0); above them, the highest's cost; 0 when none is measured.
+    pub fn verify_cost(&self, m: usize) -> f64 {
+        let at = |i: usize| self.verify.get(i).copied().flatten();
+        let i = m.clamp(1, self.max + 1) - 1;
+        if let Some(t) = at(i) {
+            return t;
+        }
+        let below = (0..i).rev().find_map(|k| at(k).map(|t| (k, t)));
+        let above = (i + 1..=self.max).find_map(|k| at(k).map(|t| (k, t)));
+        match (below, above) {
+            (Some((k0, t0)), Some((k1, t1))) => t0 + (t1 - t0) * (i - k0) as f64 / (k1 - k0) as f64,
+            (Some((_, t)), None) => t,
+            (None, Some((k0, t0))) => {
+                match (k0 + 1..=self.max).find_map(|k| at(k).map(|t| (k, t))) {
+                    Some((k1, t1)) => {
+                        let slope = (t1 - t0) / (k1 - k0) as f64;
+                        (t0 - slope * (k0 - i) as f64).clamp(0.0, t0)
+                    }
+                    None => t0,
+                }
+            }
+            (None, None) => 0.0,
+        }
+    }
+}
+
+/// An exponential average's next value.
+fn average(old: Option<f64>, new: f64) -> Option<f64> {
+    Some(old.map_or(new, |o| o + SMOOTHING * (new - o)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A planner past its warm-up with verify costs `cost(m)`, drafts accepted with
+    /// conditional probability `c` at every depth (as expected counts, confidences equal
+    /// to `c`) and drafting costing `draft`.
+    fn planner(max: usize, cost: impl Fn(usize) -> f64, c: f64, draft: f64) -> Planner {
+        let mut p = Planner::new(Schedule::Adaptive, max);
+        for m in 1..=max + 1 {
+            p.verify[m - 1] = Some(cost(m));
+        }
+        let mut reach = 1000.0;
+        for j in 0..max {
+            p.reached[j] = reach;
+            p.accepted[j] = reach * c;
+            p.predicted[j] = reach * c;
+            reach *= c;
+        }
+        p.draft = Some(draft);
+        p.steps = 3;
+        p.rounds = 1;
+        p
+    }
+
+    fn rate(p: &Planner, l: usize) -> f64 {
+        p.rate(&p.survivals(&[]), l)
+    }
+
+    #[test]
+    fn a_flat_verify_cost_with_full_acceptance_verifies_everything() {
+        let p = planner(8, |_| 1.0, 1.0, 0.1);
+        assert!(p.draft_now());
+        assert_eq!(p.choose(&[]).planned, 8);
+        assert_eq!(p.choose(&[1.0; 8]).planned, 8);
+    }
+
+    #[test]
+    fn a_verify_cost_per_token_never_drafts() {
+        // Each token costs a whole forward (the ds4 lesson, runtime-math §5.8): drafting
+        // never beats a plain step, whatever the acceptance.
+        for c in [0.3, 0.9, 1.0] {
+            let p = planner(8, |m| m as f64, c, 0.2);
+            assert!(!p.draft_now(), "c {c}");
+        }
+        // Once drafted, a draft is worth verifying only when accepted more often than
+        // 1 / (1 + T_draft) = 1/2 of the time; here 0.3.
+        let p = planner(8, |m| m as f64, 0.3, 1.0);
+        assert_eq!(p.choose(&[]).planned, 0);
+    }
+
+    #[test]
+    fn a_steep_verify_cost_trims_the_block() {
+        // Decode 25, +4 per token, acceptance 0.6 per depth: a short block pays best.
+        let p = planner(8, |m| 25.0 + 4.0 * (m - 1) as f64, 0.6, 4.0);
+        assert!(p.draft_now());
+        let c = p.choose(&[]);
+        assert!((1..8).contains(&c.planned), "{c:?}");
+        for k in 0..=8 {
+            assert!(rate(&p, c.planned) >= rate(&p, k), "ℓ {} vs {k}", c.planned);
+        }
+        assert!((c.predicted_gain - rate(&p, c.planned) / rate(&p, 8)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_chosen_drafts_follow_this_rounds_confidences() {
+        let p = planner(8, |m| 25.0 + 4.0 * (m - 1) as f64, 0.6, 4.0);
+        // Sure drafts are all worth verifying; doubtful ones none.
+        assert_eq!(p.choose(&[1.0; 8]).planned, 8);
+        assert_eq!(p.choose(&[0.05; 8]).planned, 0);
+        // A confident start and a doubtful rest: verify the start.
+        let mut c = [0.02f32; 8];
+        c[..3].fill(1.0);
+        assert_eq!(p.choose(&c).planned, 3);
+    }
+
+    #[test]
+    fn confidences_are_calibrated_against_observed_acceptance() {
+        // The head says 0.9 at every depth, the target accepts 0.45 of the time.
+        let mut p = planner(4, |_| 1.0, 0.45, 0.0);
+        for j in 0..4 {
+            p.predicted[j] = p.reached[j] * 0.9;
+        }
+        let a = p.survivals(&[0.9; 4]);
+        let want = [0.45f64, 0.45 * 0.45, 0.45f64.powi(3), 0.45f64.powi(4)];
+        for (x, w) in a.iter().zip(want) {
+            assert!((x - w).abs() < 0.02 * w, "{a:?}");
+        }
+        // Without confidences, the observed acceptance alone.
+        let b = p.survivals(&[]);
+        assert!((b[0] - 0.45).abs() < 0.01, "{b:?}");
+    }
+
+    #[test]
+    fn the_guard_keeps_the_whole_block_unless_trimming_gains_four_percent() {
+        // The ninth token makes ℓ = 7 a hair better than ℓ = 8.
+        let mut p = planner(8, |m| 1.0 + 0.001 * m as f64, 0.9, 0.0);
+        p.verify[8] = Some(1.10);
+        assert!(rate(&p, 7) > rate(&p, 8) && rate(&p, 7) < 1.04 * rate(&p, 8));
+        assert_eq!(p.choose(&[]).planned, 8);
+        // Make the last token expensive enough to gain more than 4 %.
+        p.verify[8] = Some(2.0);
+        assert!(rate(&p, 7) > 1.04 * rate(&p, 8));
+        let c = p.choose(&[]);
+        assert!(c.planned < 8 && c.predicted_gain > 1.04, "{c:?}");
+    }
+
+    #[test]
+    fn warm_up_and_probes_measure_what_the_plan_would_not() {
+        let mut p = Planner::new(Schedule::Adaptive, 8);
+        assert!(p.draft_now());
+        assert_eq!(p.choose(&[]).planned, 8);
+        p.record(8, 0, &[], 1.0, 9.0);
+        assert!(p.draft_now());
+        assert_eq!(p.choose(&[]).planned, 1);
+        p.record(1, 0, &[], 1.0, 2.0);
+        assert!(!p.draft_now());
+        p.record_plain(1.0);
+        // Nothing is ever accepted: plain steps, with probe rounds after 8, 16, 32, then
+        // every 64 plain steps; every 16th round verifies the whole block.
+        let mut probes = Vec::new();
+        while p.steps < 2000 {
+            if p.draft_now() {
+                let l = p.choose(&[]).planned;
+                assert_eq!(
+                    l == 8,
+                    p.rounds % FULL_EVERY == 0,
+                    "round {}: {l}",
+                    p.rounds
+                );
+                probes.push(p.steps);
+                p.record(l, 0, &[], 1.0, 1.0 + l as f64);
+            } else {
+                p.record_plain(1.0);
+            }
+        }
+        let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
+        assert_eq!(
+            probes[0], 10,
+            "eight plain steps after the warm-up: {probes:?}"
+        );
+        assert_eq!(gaps[..4], [16, 32, 64, 64], "{probes:?}");
+        assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
+        // Once drafting pays again (every draft accepted, the block as cheap as a step),
+        // the gate opens at once.
+        for _ in 0..40 {
+            p.record(8, 8, &[], 0.1, 1.0);
+        }
+        assert!(p.gate_open() && p.draft_now());
+        assert_eq!(p.probe_after, PROBE);
+    }
+
+    #[test]
+    fn acceptance_counts_follow_the_first_rejection() {
+        let mut p = Planner::new(Schedule::Adaptive, 4);
+        p.record(4, 2, &[0.9, 0.8, 0.7, 0.6], 0.0, 1.0); // 1, 2 accepted, 3 rejected
+        assert_eq!(p.reached, vec![1.0, 1.0, 1.0, 0.0]);
+        assert_eq!(p.accepted, vec![1.0, 1.0, 0.0, 0.0]);
+        assert!((p.predicted[2] - 0.7).abs() < 1e-6 && p.predicted[3] == 0.0);
+        p.record(2, 2, &[], 0.0, 1.0); // both verified drafts accepted; the first decays
+        let m = MEMORY;
+        assert_eq!(p.reached, vec![m + 1.0, m + 1.0, m, 0.0]);
+        assert_eq!(p.accepted, vec![m + 1.0, m + 1.0, 0.0, 0.0]);
+        // E(2) with c1 = c2 = (m + 2) / (m + 3).
+        let c = (m + 2.0) / (m + 3.0);
+        assert!((p.expected_tokens(2) - (1.0 + c + c * c)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn verify_costs_interpolate_between_measured_widths() {
+        let mut p = Planner::new(Schedule::Adaptive, 8);
+        assert_eq!(p.verify_cost(5), 0.0);
+        p.verify[1] = Some(2.0); // m = 2
+        p.verify[8] = Some(9.0); // m = 9
+                                 // Below the lowest measured width, the line through the two lowest.
+        assert!((p.verify_cost(1) - 1.0).abs() < 1e-12);
+        assert!((p.verify_cost(5) - 5.0).abs() < 1e-12);
+        assert_eq!(p.verify_cost(9), 9.0);
+        assert_eq!(p.verify_cost(40), 9.0);
+        // A falling line (noise) never makes a narrower forward dearer than a wider one.
+        p.verify[8] = Some(1.0);
+        assert_eq!(p.verify_cost(1), 2.0);
+        p.verify[8] = Some(100.0);
+        assert_eq!(p.verify_cost(1), 0.0);
+    }
+
+    #[test]
+    fn fixed_always_drafts_and_verifies_everything() {
+        let p = planner(8, |m| m as f64, 0.1, 1.0);
+        let fixed = Planner {
+            schedule: Schedule::Fixed,
+            ..p
+        };
+        assert!(fixed.draft_now());
+        assert_eq!(fixed.choose(&[0.0; 8]).planned, 8);
+    }
+}
