@@ -365,6 +365,11 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         eos,
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
+    if let Some(cap) = a.draft_max.filter(|&c| c > drafts as u64) {
+        crate::diag!(
+            "dspark: warning: --draft-max {cap} is above the drafter's {drafts} drafts per block; a round verifies at most {drafts}"
+        );
+    }
     let plan = Plan {
         schedule: a.schedule.into(),
         draft_max: a

@@ -288,4 +288,24 @@ fn every_schedule_generates_the_plain_greedy_tokens() {
             }
         }
     }
+    // A cap above the block is clamped to it, with a warning.
+    let o = dspark(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-md",
+        s(&draft),
+        "-p",
+        "def f(x):",
+        "-n",
+        "8",
+        "--draft-max",
+        "50",
+    ]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--draft-max 50 is above the drafter's 8"),
+        "{err}"
+    );
 }
