@@ -451,7 +451,7 @@ mod tests {
                 let l = p.choose(&[]).planned;
                 assert_eq!(
                     l == 8,
-                    p.rounds % FULL_EVERY == 0,
+                    p.rounds.is_multiple_of(FULL_EVERY),
                     "round {}: {l}",
                     p.rounds
                 );

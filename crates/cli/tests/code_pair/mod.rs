@@ -15,6 +15,28 @@ fn pair() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/code-pair")
 }
 
+/// `dspark generate --json` of `n` tokens (past EOS) after the text of `prompt`, on 2
+/// threads, with `extra` options.
+fn generate(target: &str, prompt: &str, n: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "generate",
+        "-m",
+        target,
+        "-f",
+        prompt,
+        "-n",
+        n,
+        "--ignore-eos",
+        "-t",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let o = dspark(&args);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).expect("generate --json")
+}
+
 /// `dspark eval --json` over `prompts` with `extra` options.
 fn eval(target: &str, draft: &str, prompts: &str, extra: &[&str]) -> serde_json::Value {
     eval_env(target, draft, prompts, extra, &[])
@@ -174,21 +196,7 @@ fn plain_decoding_reproduces_llama_cpp_greedy_text() {
     for (i, row) in rows.iter().enumerate() {
         let prompt = tmp.path(&format!("p{i}.txt"));
         fs::write(&prompt, row["prompt"].as_str().unwrap()).unwrap();
-        let o = dspark(&[
-            "generate",
-            "-m",
-            s(&target),
-            "-f",
-            s(&prompt),
-            "-n",
-            "64",
-            "--ignore-eos",
-            "-t",
-            "2",
-            "--json",
-        ]);
-        assert_ok(&o);
-        let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let d = generate(s(&target), s(&prompt), "64", &[]);
         let ours = d["text"].as_str().unwrap();
         let theirs = row["llama_text"].as_str().unwrap();
         // The fixture records how far dspark agreed when it was written; a near-tie
@@ -233,25 +241,7 @@ fn every_schedule_generates_the_plain_greedy_tokens() {
         let row: serde_json::Value = serde_json::from_str(line).unwrap();
         let prompt = tmp.path(&format!("p{i}.txt"));
         fs::write(&prompt, row["prompt"].as_str().unwrap()).unwrap();
-        let run = |extra: &[&str]| {
-            let mut args = vec![
-                "generate",
-                "-m",
-                s(&target),
-                "-f",
-                s(&prompt),
-                "-n",
-                "96",
-                "--ignore-eos",
-                "-t",
-                "2",
-                "--json",
-            ];
-            args.extend_from_slice(extra);
-            let o = dspark(&args);
-            assert_ok(&o);
-            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
-        };
+        let run = |extra: &[&str]| generate(s(&target), s(&prompt), "96", extra);
         let plain = run(&[]);
         let trace = tmp.path(&format!("t{i}.jsonl"));
         let adaptive = run(&["--draft", s(&draft), "--trace", s(&trace)]);
