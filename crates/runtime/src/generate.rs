@@ -7,7 +7,9 @@
 //! that equal the target's argmax, plus the target's next token (the bonus) → roll the
 //! target back to the committed length, commit, and give the drafter the committed
 //! positions' features. Because a batched target forward equals single-position forwards
-//! bit for bit, the output equals [`autoregressive`]'s token for token.
+//! bit for bit, the output equals [`autoregressive`]'s token for token. How many drafts a
+//! round verifies, and whether a step drafts at all, is a [`Plan`]'s choice
+//! ([`crate::schedule`]); it changes the speed, never the tokens.
 //!
 //! Both loops prefill in chunks of [`PREFILL_CHUNK`] positions (the same bits as one
 //! forward) and poll [`Observer::interrupted`] between chunks and steps, so an interrupt
