@@ -300,7 +300,7 @@ for t in threads:
     quiet = {int(l.split()[0]): {"cpu_busy_before": float(l.split()[1]), "waited_s": int(l.split()[2]),
              "foreign_cpu_during": float(l.split()[3]), "attempts": int(l.split()[4])}
              for l in (rd(runs / f"t{t}-quiet") or "").splitlines() if l.strip()}
-    A = {k: {"tok": 0, "s": 0.0, "committed": 0, "rounds": 0, "same": 0, "n": 0, "rates": []} for k in
+    A = {k: {"tok": 0, "s": 0.0, "committed": 0, "rounds": 0, "plain_steps": 0, "same": 0, "n": 0, "rates": []} for k in
          ["dspark_ar", "dspark_spec", "dspark_spec_fixed", "llama_ar", "llama_spec_dsparkfile", "llama_spec_llamafile"]}
     cross_same = 0
     for i in range(NP):
@@ -318,7 +318,7 @@ for t in threads:
                 row[k] = {"generated": v["generated"], "eval_tps": v["eval_tps"], "stop": v["stop"]}
                 if k.startswith("dspark_spec"):
                     a["committed"] += v["committed"]; a["rounds"] += v["rounds"]
-                    a["plain_steps"] = a.get("plain_steps", 0) + v["plain_steps"]
+                    a["plain_steps"] += v["plain_steps"]
                     same = da is not None and v["tokens"] == da["tokens"]
                     a["same"] += same; a["n"] += 1
                     row[k].update({"tau": pooled(v["committed"], v["rounds"]), "identical_to_ar_tokens": same,
@@ -349,7 +349,8 @@ for t in threads:
     summ = {k: {"gen_phase_tps": pooled(a["tok"], a["s"]), "median_prompt_tps": median(a["rates"]),
                 "tau": pooled(a["committed"], a["rounds"]) if "spec" in k else None,
                 "identical_to_ar": f"{a['same']}/{a['n']}" if "spec" in k else None,
-                "rounds": a["rounds"] if "spec" in k else None, "plain_steps": a.get("plain_steps"),
+                "rounds": a["rounds"] if "spec" in k else None,
+                "plain_steps": a["plain_steps"] if k.startswith("dspark_spec") else None,
                 "runs_with_stats": len(a["rates"])} for k, a in A.items()}
     tg = None
     if bench:

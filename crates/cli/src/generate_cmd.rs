@@ -66,8 +66,8 @@ pub struct GenerateArgs {
     /// How many drafts each round verifies: `adaptive` chooses per round from the
     /// acceptance and the forward times measured in the run; `fixed` verifies every draft
     /// (up to --draft-max). The output is the same either way.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::Adaptive)]
-    pub schedule: ScheduleArg,
+    #[arg(long, default_value = "adaptive", value_parser = parse_schedule)]
+    pub schedule: Schedule,
     /// The most drafts a round verifies (default: the drafter's block).
     #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
     pub draft_max: Option<u64>,
@@ -86,22 +86,8 @@ pub struct GenerateArgs {
     pub json: bool,
 }
 
-/// `--schedule`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ScheduleArg {
-    /// Per round, from measured acceptance and costs.
-    Adaptive,
-    /// Every draft, up to --draft-max.
-    Fixed,
-}
-
-impl From<ScheduleArg> for Schedule {
-    fn from(s: ScheduleArg) -> Schedule {
-        match s {
-            ScheduleArg::Adaptive => Schedule::Adaptive,
-            ScheduleArg::Fixed => Schedule::Fixed,
-        }
-    }
+fn parse_schedule(s: &str) -> Result<Schedule, String> {
+    Schedule::parse(s).ok_or_else(|| format!("`{s}` is not one of adaptive, fixed"))
 }
 
 /// Streams committed tokens to stdout and rounds to the trace.
@@ -124,9 +110,7 @@ impl Printer<'_> {
             }
         }
     }
-}
 
-impl Printer<'_> {
     fn trace_line(&mut self, line: &str) {
         if let (Some(w), None) = (self.trace.as_mut(), &self.error) {
             if let Err(e) = writeln!(w, "{line}") {
@@ -371,7 +355,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         );
     }
     let plan = Plan {
-        schedule: a.schedule.into(),
+        schedule: a.schedule,
         draft_max: a
             .draft_max
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

@@ -34,14 +34,24 @@
 use serde::Serialize;
 
 /// How the number of drafts to verify is chosen.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Schedule {
     /// Per round, from the acceptance and the costs measured in the run (the module doc).
     #[default]
     Adaptive,
     /// Every draft, up to the cap.
     Fixed,
+}
+
+impl Schedule {
+    /// Parses `adaptive` or `fixed` (the `--schedule` spellings).
+    pub fn parse(s: &str) -> Option<Schedule> {
+        match s {
+            "adaptive" => Some(Schedule::Adaptive),
+            "fixed" => Some(Schedule::Fixed),
+            _ => None,
+        }
+    }
 }
 
 /// Minimum predicted gain of a trimmed length over verifying everything (runtime-math
@@ -126,8 +136,8 @@ impl Planner {
         self.max
     }
 
-    /// The drafts this step must verify, when forced: a fixed schedule's, the warm-up's
-    /// (the whole block, one draft, a plain step) and every [`FULL_EVERY`]-th round's.
+    /// The drafts this step verifies when nothing is left to choose: a fixed schedule's,
+    /// and the warm-up's (the whole block, one draft, a plain step).
     fn forced(&self) -> Option<usize> {
         if self.schedule == Schedule::Fixed || self.max == 0 {
             return Some(self.max);
@@ -136,7 +146,6 @@ impl Planner {
             0 => Some(self.max),
             1 => Some(1),
             2 => Some(0),
-            _ if self.rounds.is_multiple_of(FULL_EVERY) => Some(self.max),
             _ => None,
         }
     }
@@ -154,18 +163,23 @@ impl Planner {
     /// Whether to draft this step (false: a plain decode step), decided before drafting
     /// from the history alone (the gate), or because a probe is due.
     pub fn draft_now(&self) -> bool {
-        if self.schedule == Schedule::Fixed || self.max == 0 || self.steps < 3 {
-            return self.forced().is_some_and(|l| l > 0);
+        match self.forced() {
+            Some(l) => l > 0,
+            None => self.gate_open() || self.steps - self.last_round > self.probe_after,
         }
-        self.gate_open() || self.steps - self.last_round > self.probe_after
     }
 
     /// Drafts to verify this round (at most [`Planner::max`]), given the round's
-    /// confidences (empty without a confidence head).
+    /// confidences (empty without a confidence head); every [`FULL_EVERY`]-th round
+    /// verifies the whole block.
     pub fn choose(&self, confidences: &[f32]) -> Choice {
-        if let Some(l) = self.forced() {
+        let forced = match self.forced() {
+            Some(l) => Some(l.max(1).min(self.max)),
+            None => self.rounds.is_multiple_of(FULL_EVERY).then_some(self.max),
+        };
+        if let Some(planned) = forced {
             return Choice {
-                planned: l.max(1).min(self.max),
+                planned,
                 predicted_gain: 1.0,
             };
         }
@@ -270,7 +284,7 @@ impl Planner {
     fn rate(&self, a: &[f64], l: usize) -> f64 {
         let cost = self.draft.unwrap_or(0.0) + self.verify_cost(l + 1);
         if cost > 0.0 {
-            (1.0 + a[..l.min(a.len())].iter().sum::<f64>()) / cost
+            expected(a, l) / cost
         } else {
             0.0
         }
@@ -289,7 +303,7 @@ impl Planner {
     /// `E(l) = 1 + Σ_{j≤l} a_j` from the observed acceptance alone: tokens a round
     /// verifying `l` drafts commits on average.
     pub fn expected_tokens(&self, l: usize) -> f64 {
-        1.0 + self.survivals(&[])[..l.min(self.max)].iter().sum::<f64>()
+        expected(&self.survivals(&[]), l)
     }
 
     /// Seconds of a verify forward of `m` tokens: measured; else linear between the nearest
@@ -318,6 +332,11 @@ impl Planner {
             (None, None) => 0.0,
         }
     }
+}
+
+/// `E(l) = 1 + Σ_{j≤l} a_j` for survivals `a`.
+fn expected(a: &[f64], l: usize) -> f64 {
+    1.0 + a[..l.min(a.len())].iter().sum::<f64>()
 }
 
 /// An exponential average's next value.
