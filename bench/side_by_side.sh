@@ -2,11 +2,14 @@
 # side_by_side.sh — dspark and llama.cpp on the same target, drafter files, prompts and
 # threads, in one run: speed, acceptance and lossless-ness of both engines.
 #
-# Usage:  bench/side_by_side.sh small|widened
+# Usage:  bench/side_by_side.sh small|widened|zero
 #
 #   small    examples/code-pair (target.gguf, draft/, HF target /tmp/train/work/target)
 #   widened  the "widened copy" of that pair in /tmp/train/widened (Qwen3-0.6B-shaped,
 #            the padding computes nothing; target.gguf, draft/, target-hf/)
+#   zero     the widened target with a random drafter of the widened drafter's shape
+#            (/tmp/train/widened-random/draft, train/random_drafter.py): a zero-acceptance
+#            pair, where speculation can only cost
 #
 # Environment (defaults in brackets):
 #   THREADS        thread counts to measure, space separated ["1 2"]
@@ -20,6 +23,14 @@
 #                  a copy that accepts this tokenizer's pre-tokenizer hash as gpt-2]
 #   OUTTYPE        matrix type of every converted drafter [q8_0]
 #   N_MAX          llama.cpp --spec-draft-n-max [8 = the block size; sample_from_anchor drafters draft 8]
+#   TEMP           sampling temperature of every engine [0 = greedy]; above 0 every engine
+#                  samples with --temp TEMP --top-p TOP_P (llama.cpp also --top-k 0 --min-p 0,
+#                  its defaults being 40 and 0.05) and seed SEED + prompt index
+#   TOP_P          [0.95 when TEMP > 0]
+#   SEED           [1]
+#   P_MIN          extra llama.cpp --spec-draft-p-min values run with the llama.cpp-converted
+#                  drafter besides 0, space separated [""; e.g. "0.3 0.5 0.7"]; the report
+#                  names the fastest
 #   CTX            llama.cpp context (-c) [1024]
 #   BENCH_REPS     llama-bench repetitions of tg$TOKENS [3]
 #   OUT            output dir: results-$PAIR.{md,json}, work-$PAIR/ [/tmp/bench]
@@ -50,7 +61,7 @@
 #      * llama-bench tg$TOKENS (target only).
 #   3. writes results-$PAIR.md (tables) and results-$PAIR.json (everything, per prompt).
 #
-# Definitions (all greedy: --temp 0 --top-k 1; every engine stops at the target's EOS):
+# Definitions (greedy unless TEMP > 0: --temp 0 --top-k 1; every engine stops at the target's EOS):
 #   τ (mean acceptance length) = tokens committed per draft–verify round, bonus included.
 #     dspark: from its round histogram. llama.cpp: speculative-simple prints n_predict and
 #     n_accept; every round commits accepted+1 tokens, so rounds = n_predict − n_accept and
@@ -95,6 +106,11 @@ BENCH_REPS=${BENCH_REPS:-3}
 OUT=${OUT:-/tmp/bench}
 NICE=${NICE:-nice -n 5}
 COMPARE=$REPO/tests/python/compare_llama_conversion.py
+TEMP=${TEMP:-0}
+SAMPLED=$(awk -v t="$TEMP" 'BEGIN{print (t > 0) ? 1 : 0}')
+TOP_P=${TOP_P:-$( ((SAMPLED)) && echo 0.95 || echo 1)}
+SEED=${SEED:-1}
+P_MIN=${P_MIN:-}
 
 case "$PAIR" in
   small)
@@ -107,7 +123,12 @@ case "$PAIR" in
     TARGET=/tmp/train/widened/target.gguf
     DRAFT_SRC=/tmp/train/widened/draft
     TARGET_HF=/tmp/train/widened/target-hf ;;
-  *) echo "usage: $0 small|widened   (see the header for the environment)" >&2; exit 2 ;;
+  zero)
+    LABEL="zero-acceptance pair (the widened target, a random drafter of the widened drafter's shape)"
+    TARGET=/tmp/train/widened/target.gguf
+    DRAFT_SRC=/tmp/train/widened-random/draft
+    TARGET_HF=/tmp/train/widened/target-hf ;;
+  *) echo "usage: $0 small|widened|zero   (see the header for the environment)" >&2; exit 2 ;;
 esac
 
 for f in "$TARGET" "$DRAFT_SRC/config.json" "$TARGET_HF/config.json" "$PROMPTS" "$DSPARK" \
@@ -175,21 +196,30 @@ NP=$(wc -l < "$W/prompts/subset.jsonl")
 [ "$NP" -gt 0 ] || { echo "no prompts" >&2; exit 2; }
 
 # ---------------------------------------------------------------- runners
-GREEDY=(--temp 0 --top-k 1 --seed 1 --no-escape)  # --no-escape: llama.cpp unescapes \n, \' ... even in -f files by default
-run_dspark_ar()   { $NICE "$DSPARK" generate -m "$TARGET" -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
-run_dspark_spec() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
-run_dspark_spec_fixed() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" --schedule fixed -f "$2" -n "$TOKENS" -t "$1" --json > "$3" 2> "$3.err"; }
+# LC_SAMPLE / DS_SAMPLE: llama.cpp's and dspark's sampling options, set per prompt by run_step
+# (--no-escape: llama.cpp unescapes \n, \' ... even in -f files by default).
+run_dspark_ar()   { $NICE "$DSPARK" generate -m "$TARGET" -f "$2" -n "$TOKENS" -t "$1" "${DS_SAMPLE[@]}" --json > "$3" 2> "$3.err"; }
+run_dspark_spec() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" -f "$2" -n "$TOKENS" -t "$1" "${DS_SAMPLE[@]}" --json > "$3" 2> "$3.err"; }
+run_dspark_spec_fixed() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" --schedule fixed -f "$2" -n "$TOKENS" -t "$1" "${DS_SAMPLE[@]}" --json > "$3" 2> "$3.err"; }
 run_llama_ar() {
-  $NICE "$LLAMA_BIN/llama-completion" -m "$TARGET" -f "$2" -n $((TOKENS + N_MAX)) "${GREEDY[@]}" -t "$1" -tb "$1" \
+  $NICE "$LLAMA_BIN/llama-completion" -m "$TARGET" -f "$2" -n $((TOKENS + N_MAX)) "${LC_SAMPLE[@]}" -t "$1" -tb "$1" \
     -c "$CTX" -no-cnv --no-display-prompt > "$3" 2> "$3.err" < /dev/null
 }
-run_llama_spec() {  # $4 = drafter file
+run_llama_spec() {  # $4 = drafter file, $5 = --spec-draft-p-min
   $NICE "$LLAMA_BIN/llama-speculative-simple" -m "$TARGET" -md "$4" --spec-type draft-dspark \
-    --spec-draft-n-max "$N_MAX" -n $((TOKENS - 1)) "${GREEDY[@]}" -t "$1" -tb "$1" -c "$CTX" \
+    --spec-draft-n-max "$N_MAX" --spec-draft-p-min "${5:-0}" -n $((TOKENS - 1)) "${LC_SAMPLE[@]}" -t "$1" -tb "$1" -c "$CTX" \
     -f "$2" > "$3" 2> "$3.err" < /dev/null
 }
+PMINS=($P_MIN)
 run_step() {  # thread prompt-index engine
   local t=$1 i=$2 e=$3 p=$W/prompts/p$(printf %03d "$2").txt o=$W/runs/t$1-p$(printf %03d "$2")-$3.out rc=0
+  if ((SAMPLED)); then
+    DS_SAMPLE=(--temp "$TEMP" --top-p "$TOP_P" --seed $((SEED + i)))
+    LC_SAMPLE=(--temp "$TEMP" --top-k 0 --top-p "$TOP_P" --min-p 0 --seed $((SEED + i)) --no-escape)
+  else
+    DS_SAMPLE=()
+    LC_SAMPLE=(--temp 0 --top-k 1 --seed 1 --no-escape)
+  fi
   case $e in
     dspark_ar) run_dspark_ar "$t" "$p" "$o" ;;
     dspark_spec) run_dspark_spec "$t" "$p" "$o" ;;
@@ -197,6 +227,7 @@ run_step() {  # thread prompt-index engine
     llama_ar) run_llama_ar "$t" "$p" "$o" ;;
     llama_spec_dsparkfile) run_llama_spec "$t" "$p" "$o" "$DS_LLAMA" ;;
     llama_spec_llamafile) run_llama_spec "$t" "$p" "$o" "$LC_LLAMA" ;;
+    llama_spec_pm*) run_llama_spec "$t" "$p" "$o" "$LC_LLAMA" "${PMINS[${e#llama_spec_pm}]}" ;;
   esac || rc=$?
   echo "$rc" > "$o.rc"
   ((rc == 0)) || { echo "FAILED (rc $rc): $e thread $t prompt $i (see $o.err)" >&2; echo "$e $t $i rc=$rc" >> "$W/runs/failures"; }
@@ -204,12 +235,14 @@ run_step() {  # thread prompt-index engine
 
 rm -f "$W/runs/failures"
 ENGINES=(dspark_ar dspark_spec dspark_spec_fixed llama_ar llama_spec_dsparkfile llama_spec_llamafile)
+for k in "${!PMINS[@]}"; do ENGINES+=("llama_spec_pm$k"); done
 for t in $THREADS; do
   cut -d' ' -f1-3 /proc/loadavg > "$W/runs/t$t-load"
   rm -f "$W/runs/t$t-quiet"
   log "threads $t: dspark eval over $NP prompts"
+  EVAL_SAMPLE=(); ((SAMPLED)) && EVAL_SAMPLE=(--temp "$TEMP" --top-p "$TOP_P" --seed "$SEED")
   $NICE "$DSPARK" eval --target "$TARGET" --draft "$DS_DRAFT" --prompts "$W/prompts/subset.jsonl" \
-    -n "$TOKENS" -t "$t" --stop-at-eos --json > "$W/runs/t$t-dspark-eval.json" 2> "$W/runs/t$t-dspark-eval.err" \
+    -n "$TOKENS" -t "$t" --stop-at-eos "${EVAL_SAMPLE[@]}" --json > "$W/runs/t$t-dspark-eval.json" 2> "$W/runs/t$t-dspark-eval.err" \
     || echo "dspark_eval $t -" >> "$W/runs/failures"
   for ((i = 0; i < NP; i++)); do
     if ((i % 2 == 0)); then order=("${ENGINES[@]}"); else order=(); for ((k = ${#ENGINES[@]} - 1; k >= 0; k--)); do order+=("${ENGINES[k]}"); done; fi
@@ -233,10 +266,14 @@ for t in $THREADS; do
 done
 
 # ---------------------------------------------------------------- 3. report
-"$PY" - "$W" "$OUT/results-$PAIR" "$PAIR" "$LABEL" "$TARGET" "$DS_DRAFT" "$DS_LLAMA" "$LC_LLAMA" \
-  "$NP" "$TOKENS" "$N_MAX" "$OUTTYPE" "$COMPARE_RC" "$THREADS" <<'EOF'
+SUFFIX=$( ((SAMPLED)) && echo "-t$TEMP" || true)
+"$PY" - "$W" "$OUT/results-$PAIR$SUFFIX" "$PAIR" "$LABEL" "$TARGET" "$DS_DRAFT" "$DS_LLAMA" "$LC_LLAMA" \
+  "$NP" "$TOKENS" "$N_MAX" "$OUTTYPE" "$COMPARE_RC" "$THREADS" "$TEMP" "$TOP_P" "$SEED" "$P_MIN" <<'EOF'
 import json, re, sys, pathlib
 W, base, pair, label, target, ds_draft, ds_llama, lc_llama, NP, TOK, NMAX, OUTTYPE, CRC, THREADS = sys.argv[1:15]
+TEMP, TOP_P, SEED, PMIN = float(sys.argv[15]), sys.argv[16], sys.argv[17], sys.argv[18].split()
+SAMPLED = TEMP > 0
+PM = [f"llama_spec_pm{k}" for k in range(len(PMIN))]
 W = pathlib.Path(W); NP = int(NP); TOK = int(TOK); threads = THREADS.split()
 runs = W / "runs"
 def rd(p):
@@ -290,6 +327,7 @@ def median(xs):
 res = {"pair": pair, "label": label, "target": target, "drafters": {"dspark dflash-draft": ds_draft,
        "dspark llama.cpp layout": ds_llama, "llama.cpp converter": lc_llama}, "outtype": OUTTYPE,
        "prompts": NP, "tokens": TOK, "spec_draft_n_max": NMAX,
+       "sampling": {"temp": TEMP, "top_p": float(TOP_P), "seed": SEED, "spec_draft_p_min_extra": PMIN} if SAMPLED else "greedy",
        "compare_llama_layout_files": json.loads(rd(W / "compare.json") or "{}"), "compare_rc": int(CRC),
        "failures": (rd(runs / "failures") or "").split("\n")[:-1], "threads": {}}
 prompts = [(W / "prompts" / f"p{i:03d}.txt").read_text(encoding="utf-8") for i in range(NP)]
@@ -301,7 +339,7 @@ for t in threads:
              "foreign_cpu_during": float(l.split()[3]), "attempts": int(l.split()[4])}
              for l in (rd(runs / f"t{t}-quiet") or "").splitlines() if l.strip()}
     A = {k: {"tok": 0, "s": 0.0, "committed": 0, "rounds": 0, "plain_steps": 0, "same": 0, "n": 0, "rates": []} for k in
-         ["dspark_ar", "dspark_spec", "dspark_spec_fixed", "llama_ar", "llama_spec_dsparkfile", "llama_spec_llamafile"]}
+         ["dspark_ar", "dspark_spec", "dspark_spec_fixed", "llama_ar", "llama_spec_dsparkfile", "llama_spec_llamafile"] + PM}
     cross_same = 0
     for i in range(NP):
         f = lambda e: runs / f"t{t}-p{i:03d}-{e}.out"
@@ -310,7 +348,8 @@ for t in threads:
         l1, l2 = llama_spec(f("llama_spec_dsparkfile"), prompts[i]), llama_spec(f("llama_spec_llamafile"), prompts[i])
         row = {"prompt": i}
         for k, v in [("dspark_ar", da), ("dspark_spec", dsp), ("dspark_spec_fixed", dsf), ("llama_ar", la),
-                     ("llama_spec_dsparkfile", l1), ("llama_spec_llamafile", l2)]:
+                     ("llama_spec_dsparkfile", l1), ("llama_spec_llamafile", l2)] + \
+                    [(k, llama_spec(f(k), prompts[i])) for k in PM]:
             a = A[k]
             if v is None: row[k] = None; continue
             if k.startswith("dspark"):
@@ -319,8 +358,8 @@ for t in threads:
                 if k.startswith("dspark_spec"):
                     a["committed"] += v["committed"]; a["rounds"] += v["rounds"]
                     a["plain_steps"] += v["plain_steps"]
-                    same = da is not None and v["tokens"] == da["tokens"]
-                    a["same"] += same; a["n"] += 1
+                    same = None if SAMPLED else (da is not None and v["tokens"] == da["tokens"])
+                    a["same"] += bool(same); a["n"] += 1
                     row[k].update({"tau": pooled(v["committed"], v["rounds"]), "identical_to_ar_tokens": same,
                                    "rounds": v["rounds"], "plain_steps": v["plain_steps"]})
             elif k == "llama_ar":
@@ -333,14 +372,14 @@ for t in threads:
                     continue
                 a["tok"] += v["dec_tokens"]; a["s"] += v["dec_s"]; a["rates"].append(pooled(v["dec_tokens"], v["dec_s"]))
                 a["committed"] += v["committed"]; a["rounds"] += v["rounds"]
-                same = la is not None and la["text"].startswith(v["text"])  # AR ran N_MAX tokens longer
-                a["same"] += same; a["n"] += 1
+                same = None if SAMPLED else (la is not None and la["text"].startswith(v["text"]))  # AR ran N_MAX tokens longer
+                a["same"] += bool(same); a["n"] += 1
                 row[k] = {"n_predict": v["n_predict"], "n_accept": v["n_accept"], "n_drafted": v["n_drafted"],
                           "rounds": v["rounds"], "tau": pooled(v["committed"], v["rounds"]),
                           "decoded_tps": pooled(v["dec_tokens"], v["dec_s"]), "identical_to_ar_text": same,
                           "prompt_echo_ok": v["prompt_echo_ok"], "prompt_tokens": v["prompt_tokens"],
                           "prompt_tokens_equal_dspark": da is not None and v["prompt_tokens"] == da["prompt_tokens"]}
-        if la is not None and da is not None:
+        if la is not None and da is not None and not SAMPLED:
             dt = da["text"].removesuffix("<|endoftext|>")
             c = la["text"].startswith(dt)  # dspark: TOKENS tokens; llama-completion: TOKENS+N_MAX
             cross_same += c; row["llama_ar_text_equals_dspark_ar_text"] = c
@@ -348,7 +387,7 @@ for t in threads:
         per.append(row)
     summ = {k: {"gen_phase_tps": pooled(a["tok"], a["s"]), "median_prompt_tps": median(a["rates"]),
                 "tau": pooled(a["committed"], a["rounds"]) if "spec" in k else None,
-                "identical_to_ar": f"{a['same']}/{a['n']}" if "spec" in k else None,
+                "identical_to_ar": (f"{a['same']}/{a['n']}" if not SAMPLED else "n/a (sampled)") if "spec" in k else None,
                 "rounds": a["rounds"] if "spec" in k else None,
                 "plain_steps": a["plain_steps"] if k.startswith("dspark_spec") else None,
                 "runs_with_stats": len(a["rates"])} for k, a in A.items()}
@@ -367,7 +406,9 @@ for t in threads:
         cmp[k] = {"tau_llama": tl, "tau_dspark_eval": tau_ds,
                   "rel_diff": (tl - tau_ds) / tau_ds if tl and tau_ds else None,
                   "within_5pct": abs(tl - tau_ds) / tau_ds <= 0.05 if tl and tau_ds else None}
-    res["threads"][t] = {"load": (rd(runs / f"t{t}-load") or "").split("\n")[:-1], "dspark_eval": dev, "llama_bench_tg": tg, "summary": summ, "tau_vs_dspark": cmp,
+    best = max(["llama_spec_llamafile"] + PM, key=lambda k: summ[k]["gen_phase_tps"] or 0)
+    res["threads"][t] = {"llama_best_p_min": {"engine": best, "p_min": 0.0 if best == "llama_spec_llamafile" else float(PMIN[PM.index(best)]),
+                                              "gen_phase_tps": summ[best]["gen_phase_tps"], "tau": summ[best]["tau"]},"load": (rd(runs / f"t{t}-load") or "").split("\n")[:-1], "dspark_eval": dev, "llama_bench_tg": tg, "summary": summ, "tau_vs_dspark": cmp,
                          "llama_ar_text_equals_dspark_ar_text": f"{cross_same}/{NP}", "per_prompt": per}
 
 pathlib.Path(base + ".json").write_text(json.dumps(res, indent=1))
@@ -375,7 +416,8 @@ f2 = lambda x, d=2: "–" if x is None else f"{x:.{d}f}"
 pct = lambda x: "–" if x is None else f"{100 * x:+.1f}%"
 L = [f"# dspark vs llama.cpp side by side — {label}", "",
      f"Target `{target}`; drafter converted at {OUTTYPE.upper()} three ways; {NP} prompts, {TOK} new tokens, "
-     f"greedy, stop at EOS; llama.cpp `--spec-type draft-dspark --spec-draft-n-max {NMAX}`.", "",
+     (f"sampled at temperature {TEMP}, top-p {TOP_P} (llama.cpp: --top-k 0 --min-p 0), seed {SEED} + prompt index"
+      if SAMPLED else "greedy") + f", stop at EOS; llama.cpp `--spec-type draft-dspark --spec-draft-n-max {NMAX}`.", "",
      f"llama-layout files (llama.cpp converter vs dspark --layout llama.cpp): "
      f"{res['compare_llama_layout_files'].get('tensors_bytes_equal', '?')}/"
      f"{len(res['compare_llama_layout_files'].get('tensors', []))} tensors byte-identical; structural differences "
@@ -395,11 +437,13 @@ for t, r in res["threads"].items():
     row("dspark generate (adaptive schedule)", "dspark dflash-draft", "dspark_ar", "dspark_spec")
     row("dspark generate --schedule fixed", "dspark dflash-draft", "dspark_ar", "dspark_spec_fixed")
     row("llama.cpp", "dspark --layout llama.cpp", "llama_ar", "llama_spec_dsparkfile")
-    row("llama.cpp", "llama.cpp converter", "llama_ar", "llama_spec_llamafile")
+    row("llama.cpp", "llama.cpp converter" + (", p-min 0" if PM else ""), "llama_ar", "llama_spec_llamafile")
+    for k, v in zip(PM, PMIN):
+        row("llama.cpp", f"llama.cpp converter, p-min {v}", "llama_ar", k)
     if ev:
         L.append(f"| dspark eval (whole run incl. prefill) | dspark dflash-draft | {f2(ev['ar_tokens_per_second'],1)} | – | "
                  f"{f2(ev['spec_tokens_per_second'],1)} | – | {f2(ev['speedup'])} | {f2(ev['mean_acceptance_length'],3)} | "
-                 f"{ev['identical_prompts']}/{ev['prompts']} |")
+                 f"{'n/a (sampled)' if SAMPLED else str(ev['identical_prompts']) + '/' + str(ev['prompts'])} |")
     if r["llama_bench_tg"]:
         b = r["llama_bench_tg"][0]
         L.append(f"| llama-bench tg{b['n_gen']} (target only) | – | {f2(b['avg_ts'],1)} ± {f2(b['stddev_ts'],1)} | – | – | – | – | – | – |")
@@ -407,7 +451,9 @@ for t, r in res["threads"].items():
         f"{'dspark file' if k.endswith('dsparkfile') else 'llama.cpp-converted file'} {f2(c['tau_llama'],3)} vs {f2(c['tau_dspark_eval'],3)} "
         f"({pct(c['rel_diff'])}, within 5%: {c['within_5pct']})"
         for k, c in r["tau_vs_dspark"].items()) + ".",
-        f"llama.cpp AR text == dspark AR text: {r['llama_ar_text_equals_dspark_ar_text']}.", "",
+        f"llama.cpp AR text == dspark AR text: {r['llama_ar_text_equals_dspark_ar_text'] if not SAMPLED else 'n/a (sampled)'}.",
+        f"llama.cpp's fastest --spec-draft-p-min: {r['llama_best_p_min']['p_min']} "
+        f"({f2(r['llama_best_p_min']['gen_phase_tps'],1)} tok/s, τ {f2(r['llama_best_p_min']['tau'],3)}).", "",
         f"dspark adaptive: {s['dspark_spec']['rounds']} rounds and {s['dspark_spec']['plain_steps']} plain steps "
         f"(fixed: {s['dspark_spec_fixed']['rounds']} rounds).", "",
         "| prompt | dspark τ (fixed / adaptive) | llama.cpp τ (dspark file) | llama.cpp τ (llama.cpp file) | dspark spec==AR (adaptive / fixed) | llama.cpp spec==AR (d/l) | other CPU during / attempts |",

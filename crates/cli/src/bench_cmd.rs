@@ -11,8 +11,9 @@
 //!   (layers, the LM head, the DSpark heads), and the context append of an accepted
 //!   round; without `--target` the drafter runs on a random head-only target of its
 //!   vocabulary and hidden size (for drafters whose target is too large to build);
-//! - with both: a speculative round (draft, verify of anchor + drafts, context append)
-//!   and the break-even acceptance length, round time ÷ decode time: the tokens a round
+//! - with both: a speculative round (draft, verify of anchor + drafts, context append;
+//!   above `--temp 0` the sampled draft and the acceptance step) and the break-even
+//!   acceptance length, round time ÷ decode time: the tokens a round
 //!   must commit on average for speculation to beat plain decoding.
 //!
 //! The prompt is deterministic: token i is `(37 i + 11) mod vocab`
@@ -27,6 +28,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dspark_contract::TargetShape;
 use dspark_gguf::GgufFile;
+use dspark_runtime::sampling::{judge, Sampler};
 use dspark_runtime::{Drafter, Logits, Target};
 use dspark_testkit::head_only::HeadOnlyTarget;
 use dspark_testkit::rng::SplitMix64;
@@ -56,6 +58,11 @@ pub struct BenchArgs {
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
+    /// Sampling: above temperature 0 the block is drafted by sampling the Markov chain,
+    /// and with a target the round adds the acceptance step (the target's distribution
+    /// of every verify row, rejection sampling of every draft).
+    #[command(flatten)]
+    pub sampling: crate::SamplingArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -241,7 +248,13 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         "threads": threads,
         "kernels": dspark_quant::kernels().isa,
         "context": context,
+        "sampling": a.sampling.json(),
     });
+    let mut sampler = if a.sampling.temp > 0.0 {
+        Some(Sampler::new(a.sampling.settings(a.sampling.seed)).map_err(anyhow::Error::new)?)
+    } else {
+        None
+    };
     // On a pool worker, like generate and eval: the steps are timed as they run there.
     let measured = crate::on_pool(|| -> Result<()> {
         let bandwidth = memory_bandwidth()?;
@@ -309,13 +322,18 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             };
             let anchor = prompt[context];
             let mut phases = (Vec::new(), Vec::new(), Vec::new());
+            let mut last_draft = None;
             let block = summary(time_runs(runs, || {
                 let t = Instant::now();
-                let out = ds.draft(target_ref, anchor)?;
+                let out = match sampler.as_mut() {
+                    Some(sm) => ds.draft_sampled(target_ref, anchor, sm)?,
+                    None => ds.draft(target_ref, anchor)?,
+                };
                 let dt = t.elapsed();
                 phases.0.push(out.times.layers.as_secs_f64() * 1e3);
                 phases.1.push(out.times.lm_head.as_secs_f64() * 1e3);
                 phases.2.push(out.times.heads.as_secs_f64() * 1e3);
+                last_draft = Some(out);
                 Ok(dt)
             })?);
             // Drop the warm-up runs' phases.
@@ -371,10 +389,37 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                     s.rollback(p0)?;
                     Ok(dt)
                 })?);
-                let round = median(&block) + median(&verify_t) + median(&append);
+                // Sampling: the target's distribution of every verify row and the test of
+                // every draft (as if each were accepted: the most work a round does).
+                let accept = match (sampler.as_mut(), &last_draft) {
+                    (Some(sm), Some(draft)) => {
+                        let out =
+                            s.forward(&prompt[context..context + n], &capture, Logits::All)?;
+                        s.rollback(p0)?;
+                        let vocab = s.shape().vocab;
+                        Some(summary(time_runs(runs, || {
+                            let t = Instant::now();
+                            for (i, row) in out.logits.chunks_exact(vocab).enumerate() {
+                                let p = sm.dist(row, &|| format!("verify row {i}"))?;
+                                if let (Some(&x), Some(q)) =
+                                    (draft.tokens.get(i), draft.proposals.get(i))
+                                {
+                                    std::hint::black_box(judge(&p, q, x, 0.0, 0.5));
+                                }
+                            }
+                            Ok(t.elapsed())
+                        })?))
+                    }
+                    _ => None,
+                };
+                let round = median(&block)
+                    + median(&verify_t)
+                    + median(&append)
+                    + accept.as_ref().map_or(0.0, median);
                 doc["round"] = json!({
                     "verify_tokens": n,
                     "verify": verify_t,
+                    "acceptance": accept,
                     "round_ms": round,
                     "break_even_acceptance_length": round / dec,
                     "max_speedup": n as f64 * dec / round,
@@ -483,6 +528,13 @@ fn print_table(d: &Value) -> Result<()> {
             &r["verify"],
             &Value::Null,
         )?;
+        if r["acceptance"].is_object() {
+            row(
+                "rejection sampling (every row)".into(),
+                &r["acceptance"],
+                &Value::Null,
+            )?;
+        }
         crate::outln!(
             "round {} ms; break-even acceptance length {} tokens per round; at full acceptance {}x",
             f(&r["round_ms"]),

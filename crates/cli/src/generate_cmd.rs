@@ -1,4 +1,5 @@
-//! `dspark generate`: greedy decoding with a Qwen3 target, speculative with a drafter.
+//! `dspark generate`: decoding with a Qwen3 target (greedy, or sampled with llama.cpp's
+//! `--temp`, `--top-k`, `--top-p`, `--min-p`, `--seed`), speculative with a drafter.
 //!
 //! Text (or ids, without a tokenizer) streams to stdout as tokens are committed;
 //! statistics go to stderr, or with `--json` everything goes to stdout as one object.
@@ -65,12 +66,16 @@ pub struct GenerateArgs {
     pub ignore_eos: bool,
     /// How many drafts each round verifies: `adaptive` chooses per round from the
     /// acceptance and the forward times measured in the run; `fixed` verifies every draft
-    /// (up to --draft-max). The output is the same either way.
+    /// (up to --draft-max). Greedy output is the same either way; sampled output has the
+    /// same law either way, and for a seed the same tokens with `fixed` (adaptive choices
+    /// follow the measured times).
     #[arg(long, default_value = "adaptive", value_parser = parse_schedule)]
     pub schedule: Schedule,
     /// The most drafts a round verifies (default: the drafter's block).
     #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
     pub draft_max: Option<u64>,
+    #[command(flatten)]
+    pub sampling: crate::SamplingArgs,
     /// Worker threads (default: all cores).
     #[arg(short = 't', long, value_parser = crate::parse_threads)]
     pub threads: Option<usize>,
@@ -154,6 +159,10 @@ impl Observer for Printer<'_> {
 
     fn interrupted(&self) -> bool {
         CANCEL.load(Ordering::SeqCst) || self.error.is_some()
+    }
+
+    fn wants_probabilities(&self) -> bool {
+        self.trace.is_some()
     }
 }
 
@@ -347,6 +356,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         context,
         stop: &a.stop,
         eos,
+        sampling: a.sampling.settings(a.sampling.seed),
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
     if let Some(cap) = a.draft_max.filter(|&c| c > drafts as u64) {
@@ -407,7 +417,12 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     // 5. Statistics.
     let stats = &outcome.stats;
     if a.json {
-        let mut doc = json!({"tokens": outcome.tokens, "prompt_tokens": prompt, "stats": stats});
+        let mut doc = json!({
+            "tokens": outcome.tokens,
+            "prompt_tokens": prompt,
+            "sampling": a.sampling.json(),
+            "stats": stats,
+        });
         if let Some(t) = &tokenizer {
             doc["text"] = json!(t.decode(&outcome.tokens).map_err(anyhow::Error::new)?);
         }

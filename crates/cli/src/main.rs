@@ -45,12 +45,76 @@ enum Command {
     Verify(verify_cmd::VerifyArgs),
     /// Write a synthetic drafter checkpoint, or a synthetic target with its drafter.
     Synth(convert_cmd::SynthArgs),
-    /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy, lossless).
+    /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy or sampled; lossless).
     Generate(generate_cmd::GenerateArgs),
     /// Time decode, verify and draft steps against the memory-bandwidth bound.
     Bench(bench_cmd::BenchArgs),
-    /// Measure speculation over a prompt set at T = 0: acceptance, calibration, speed.
+    /// Measure speculation over a prompt set: acceptance, calibration, speed.
     Eval(eval_cmd::EvalArgs),
+}
+
+/// How tokens are chosen (llama.cpp's flags and meanings; the truncations are off unless
+/// given, where llama.cpp defaults to top-k 40, top-p 0.95, min-p 0.05).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct SamplingArgs {
+    /// Temperature: 0 (the default) is greedy decoding; above 0, tokens are sampled from
+    /// the target's distribution (speculatively: drafts sampled from the drafter's own and
+    /// accepted by rejection sampling, so the output's law is the target's).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_temp, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Sample among the K most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub top_k: u64,
+    /// Sample among the most likely tokens whose probabilities (at temperature 1) reach P
+    /// (1: all).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_unit, allow_negative_numbers = true)]
+    pub top_p: f32,
+    /// Sample among the tokens at least P times as likely as the most likely one (0: all).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_unit, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Seed of every random draw: the same seed gives the same output whatever the thread
+    /// count (speculatively: with `--schedule fixed`; the adaptive schedule's choices
+    /// follow measured times, which change the tokens, never their law).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The runtime's settings (with `seed` instead of `--seed`).
+    pub fn settings(&self, seed: u64) -> dspark_runtime::sampling::Sampling {
+        dspark_runtime::sampling::Sampling {
+            temp: self.temp,
+            top_k: usize::try_from(self.top_k).unwrap_or(usize::MAX),
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed,
+        }
+    }
+
+    /// The settings as JSON output records them.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "temp": self.temp,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "seed": self.seed,
+        })
+    }
+}
+
+fn parse_temp(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("`{s}` is not a temperature (a finite number >= 0)")),
+    }
+}
+
+fn parse_unit(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("`{s}` is not a probability in [0, 1]")),
+    }
 }
 
 /// Most worker threads a command starts.

@@ -192,6 +192,8 @@ mod tests {
             predicted_gain: 1.0,
             accepted,
             committed: vec![0; accepted + 1],
+            q: Vec::new(),
+            p: Vec::new(),
         }
     }
 

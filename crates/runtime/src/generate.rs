@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
 use crate::models::dspark::DraftSession;
+use crate::sampling::{judge, Sampler, Sampling, Stream, Verdict};
 use crate::schedule::{Planner, Schedule};
 use crate::target::{Logits, Target};
 
@@ -49,6 +50,35 @@ fn pick(logits: &[f32], position: usize) -> Result<u32> {
     Ok(argmax(logits))
 }
 
+/// How a run chooses the target's tokens: argmax, or samples with uniforms keyed by the
+/// position they decide ([`crate::sampling`]).
+struct Chooser(Option<Sampler>);
+
+impl Chooser {
+    fn new(sampling: Sampling) -> Result<Chooser> {
+        Ok(Chooser(if sampling.is_greedy() {
+            None
+        } else {
+            Some(Sampler::new(sampling)?)
+        }))
+    }
+
+    /// The token for position `position + 1` from the target's logits at `position`.
+    fn token(&mut self, logits: &[f32], position: usize) -> Result<u32> {
+        match &mut self.0 {
+            None => pick(logits, position),
+            Some(s) => {
+                let p = s.dist(logits, &|| target_logits(position))?;
+                Ok(p.sample(s.uniform(Stream::Target, position + 1, 0)))
+            }
+        }
+    }
+}
+
+fn target_logits(position: usize) -> String {
+    format!("the target's logits at position {position} (its weights overflow f32)")
+}
+
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
@@ -62,6 +92,8 @@ pub struct Request<'a> {
     pub stop: &'a [u32],
     /// The end-of-sequence token, which ends the output too (`None`: ignored).
     pub eos: Option<u32>,
+    /// How each token is chosen from the target's logits (greedy by default).
+    pub sampling: Sampling,
 }
 
 impl Request<'_> {
@@ -116,8 +148,17 @@ pub struct Round {
     pub predicted_gain: f64,
     /// Drafts accepted.
     pub accepted: usize,
-    /// Tokens committed this round (accepted drafts, then the bonus), after stop rules.
+    /// Tokens committed this round (accepted drafts, then the bonus or the residual
+    /// sample), after stop rules.
     pub committed: Vec<u32>,
+    /// When sampling: `q(x_i)`, the drafter's probability of each verified draft.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub q: Vec<f64>,
+    /// When sampling: `p(x_i)`, the target's probability of each verified draft given the
+    /// drafts before it (rows after the first rejection only when the observer asks,
+    /// [`Observer::wants_probabilities`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub p: Vec<f64>,
 }
 
 /// A step of a speculative run that did not draft (the schedule's gate), as `--trace`
@@ -222,6 +263,11 @@ pub trait Observer {
     fn interrupted(&self) -> bool {
         false
     }
+    /// True when [`Round::p`] should hold the target's probability of every verified draft
+    /// (the rows after a rejection cost a distribution each, which only a trace needs).
+    fn wants_probabilities(&self) -> bool {
+        false
+    }
 }
 
 /// An observer that keeps nothing and never interrupts.
@@ -289,6 +335,7 @@ impl<'r> Output<'r> {
     fn start(
         &mut self,
         prefilled: Option<Vec<f32>>,
+        chooser: &mut Chooser,
         obs: &mut dyn Observer,
     ) -> Result<Option<Instant>> {
         match prefilled {
@@ -298,7 +345,7 @@ impl<'r> Output<'r> {
             }
             Some(logits) => {
                 let done = Instant::now();
-                let first = pick(&logits, self.req.prompt.len() - 1)?;
+                let first = chooser.token(&logits, self.req.prompt.len() - 1)?;
                 obs.tokens(self.push(&[first]));
                 Ok(Some(done))
             }
@@ -384,7 +431,7 @@ fn prefill(
     Ok(Some(last))
 }
 
-/// Target-only greedy decoding.
+/// Target-only decoding: greedy, or sampling as `req.sampling` says.
 pub fn autoregressive(
     target: &mut dyn Target,
     req: &Request<'_>,
@@ -401,9 +448,10 @@ pub fn autoregressive(
         prompt_tokens: req.prompt.len(),
         ..Stats::default()
     };
+    let mut chooser = Chooser::new(req.sampling)?;
     let mut out = Output::new(req);
     let prefilled = prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))?;
-    let prompt_done = out.start(prefilled, obs)?;
+    let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     while out.going(obs) {
         let last = *out.tokens.last().expect("a token was generated");
         let t = Instant::now();
@@ -411,9 +459,57 @@ pub fn autoregressive(
         let f = target.forward(&[last], &[], Logits::Last)?;
         stats.seconds.target += t.elapsed().as_secs_f64();
         target.commit();
-        obs.tokens(out.push(&[pick(&f.logits, position)?]));
+        obs.tokens(out.push(&[chooser.token(&f.logits, position)?]));
     }
     Ok(out.finish(stats, started, prompt_done))
+}
+
+/// Speculative sampling's acceptance of `drafts` (drawn from `proposals`) against the
+/// verify forward's logit `rows` (row i: the target's logits after the anchor and drafts
+/// `..i`, the anchor at position `anchor_at`): each draft in turn is accepted with
+/// probability `min(1, p/q)`; the first rejected one is replaced by a sample of the
+/// residual; when every draft is accepted the last row gives the bonus. Returns the drafts
+/// accepted, the token after them, and `q(x_i)`, `p(x_i)` of the drafts (of every
+/// verified one when `every_p`, else up to the first rejection).
+fn accept_sampled(
+    sampler: &mut Sampler,
+    rows: &[&[f32]],
+    drafts: &[u32],
+    proposals: &[crate::sampling::Dist],
+    anchor_at: usize,
+    every_p: bool,
+) -> Result<(usize, u32, Vec<f64>, Vec<f64>)> {
+    let (mut q, mut p) = (
+        Vec::with_capacity(drafts.len()),
+        Vec::with_capacity(drafts.len()),
+    );
+    let mut decided = None;
+    for (i, (&x, proposal)) in drafts.iter().zip(proposals).enumerate() {
+        if decided.is_some() && !every_p {
+            break;
+        }
+        let at = anchor_at + i;
+        let target = sampler.dist(rows[i], &|| target_logits(at))?;
+        q.push(proposal.prob(x));
+        p.push(target.prob(x));
+        if decided.is_none() {
+            let u = sampler.uniform(Stream::Accept, at + 1, 0);
+            let r = sampler.uniform(Stream::Residual, at + 1, 0);
+            if let Verdict::Reject(t) = judge(&target, proposal, x, u, r) {
+                decided = Some((i, t));
+            }
+        }
+    }
+    let (m, last) = match decided {
+        Some(d) => d,
+        None => {
+            let n = drafts.len();
+            let at = anchor_at + n;
+            let target = sampler.dist(rows[n], &|| target_logits(at))?;
+            (n, target.sample(sampler.uniform(Stream::Target, at + 1, 0)))
+        }
+    };
+    Ok((m, last, q, p))
 }
 
 /// How a speculative run chooses the drafts each round verifies.
@@ -433,8 +529,9 @@ impl Plan {
     };
 }
 
-/// Greedy speculative decoding with a drafter session (empty, for the same sequence),
-/// verifying every draft of every block ([`Plan::FIXED`]).
+/// Speculative decoding with a drafter session (empty, for the same sequence), verifying
+/// every draft of every block ([`Plan::FIXED`]): greedy, or speculative sampling as
+/// `req.sampling` says.
 pub fn speculative(
     target: &mut dyn Target,
     drafter: &mut DraftSession,
@@ -444,8 +541,9 @@ pub fn speculative(
     speculative_with(target, drafter, req, Plan::FIXED, obs)
 }
 
-/// [`speculative`] with the drafts per round chosen by `plan`: the same tokens whatever it
-/// chooses, at another speed.
+/// [`speculative`] with the drafts per round chosen by `plan`: greedy, the same tokens
+/// whatever it chooses, at another speed; sampling, the same law of the output (the
+/// tokens for a seed follow the rounds the plan makes).
 pub fn speculative_with(
     target: &mut dyn Target,
     drafter: &mut DraftSession,
@@ -493,13 +591,15 @@ pub fn speculative_with(
             Ok(())
         },
     )?;
-    let prompt_done = out.start(prefilled, obs)?;
+    let mut chooser = Chooser::new(req.sampling)?;
+    let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     let vocab = target.shape().vocab;
     let per_block = model.drafts_per_block();
     let mut planner = Planner::new(
         plan.schedule,
         plan.draft_max.unwrap_or(per_block).min(per_block),
     );
+    let every_p = obs.wants_probabilities();
     while out.going(obs) {
         let anchor = *out.tokens.last().expect("a token was generated");
         let committed = target.len();
@@ -515,7 +615,7 @@ pub fn speculative_with(
             stats.seconds.drafter += t.elapsed().as_secs_f64();
             planner.record_plain(forward_s);
             stats.plain_steps += 1;
-            let kept = out.push(&[pick(&f.logits, committed)?]).to_vec();
+            let kept = out.push(&[chooser.token(&f.logits, committed)?]).to_vec();
             obs.tokens(&kept);
             obs.plain_step(&PlainStep {
                 position: committed,
@@ -526,12 +626,19 @@ pub fn speculative_with(
             continue;
         }
         let t = Instant::now();
-        let draft = drafter.draft(&*target, anchor)?;
+        let draft = match &mut chooser.0 {
+            None => drafter.draft(&*target, anchor)?,
+            Some(sampler) => drafter.draft_sampled(&*target, anchor, sampler)?,
+        };
         let mut drafter_s = t.elapsed().as_secs_f64();
         // Verify the planned drafts, only those that can still be committed and still fit
-        // the session.
+        // the session. Sampling admits drafts by a causal scan (a stopping rule that sees
+        // only the drafts already admitted keeps the output's law).
         let room = target.capacity() - committed;
-        let choice = planner.choose(&draft.confidences);
+        let choice = match chooser.0 {
+            None => planner.choose(&draft.confidences),
+            Some(_) => planner.choose_causal(&draft.confidences),
+        };
         let n = choice
             .planned
             .min(draft.tokens.len())
@@ -544,17 +651,30 @@ pub fn speculative_with(
         let f = target.forward(&verify, &capture, Logits::All)?;
         let verify_s = t.elapsed().as_secs_f64();
         stats.seconds.target += verify_s;
-        let targets = f
-            .logits
-            .chunks_exact(vocab)
-            .enumerate()
-            .map(|(i, row)| pick(row, committed + i))
-            .collect::<Result<Vec<u32>>>()?;
-        let m = draft.tokens[..n]
-            .iter()
-            .zip(&targets)
-            .take_while(|(d, t)| d == t)
-            .count();
+        let rows: Vec<&[f32]> = f.logits.chunks_exact(vocab).collect();
+        let (m, last, q, p) = match &mut chooser.0 {
+            None => {
+                let targets = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, row)| pick(row, committed + i))
+                    .collect::<Result<Vec<u32>>>()?;
+                let m = draft.tokens[..n]
+                    .iter()
+                    .zip(&targets)
+                    .take_while(|(d, t)| d == t)
+                    .count();
+                (m, targets[m], Vec::new(), Vec::new())
+            }
+            Some(sampler) => accept_sampled(
+                sampler,
+                &rows,
+                &draft.tokens[..n],
+                &draft.proposals[..n],
+                committed,
+                every_p,
+            )?,
+        };
         // Commit the anchor and m drafts; their features go to the drafter.
         target.rollback(committed + m + 1)?;
         target.commit();
@@ -564,7 +684,7 @@ pub fn speculative_with(
         stats.seconds.drafter += drafter_s;
         planner.record(n, m, &draft.confidences, drafter_s, verify_s);
         let mut new = draft.tokens[..m].to_vec();
-        new.push(targets[m]);
+        new.push(last);
         let kept = out.push(&new).to_vec();
         obs.tokens(&kept);
         stats.rounds += 1;
@@ -584,6 +704,8 @@ pub fn speculative_with(
             drafted: draft.tokens,
             confidences: draft.confidences,
             committed: kept,
+            q,
+            p,
         });
     }
     Ok(out.finish(stats, started, prompt_done))

@@ -26,7 +26,7 @@
 //!
 //! let bytes = qwen3_gguf(&Qwen3Geometry::tiny(), 1, GgmlType::Q8_0);
 //! let model = Arc::new(Qwen3::open(Arc::new(bytes))?);
-//! let req = Request { prompt: &[5, 6, 7], max_tokens: 4, context: 64, stop: &[], eos: None };
+//! let req = Request { prompt: &[5, 6, 7], max_tokens: 4, context: 64, stop: &[], eos: None, sampling: Default::default() };
 //! // Two sessions on one loaded model give the same tokens.
 //! let a = autoregressive(&mut model.session(req.positions(0))?, &req, &mut Quiet)?;
 //! let b = autoregressive(&mut model.session(req.positions(0))?, &req, &mut Quiet)?;
@@ -44,6 +44,7 @@ pub mod generate;
 pub mod memory;
 pub mod models;
 pub mod nn;
+pub mod sampling;
 pub mod schedule;
 pub mod target;
 pub mod tokenizer;

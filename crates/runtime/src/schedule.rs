@@ -1,5 +1,5 @@
 //! How many drafts a speculative round verifies, and whether to draft at all
-//! (`shared/spec/runtime-math.md` §5.1 and §5.8, at T = 0).
+//! (`shared/spec/runtime-math.md` §5.1 and §5.8).
 //!
 //! A verify forward of ℓ drafts costs more the more tokens it carries: on a small target
 //! (compute-bound) almost in proportion, on a large one (memory-bound) a little. Verifying
@@ -29,7 +29,13 @@
 //!
 //! Greedy verification accepts the same tokens whatever ℓ is and whether a step drafts
 //! (the target's argmax decides each position), so the schedule changes only the speed,
-//! never the output.
+//! never the output. Sampled verification ([`crate::sampling`]) keeps the target's law
+//! under any length that is a stopping time of the drafts, and the global argmax is not
+//! one (its later confidences see drafts it may not admit): there the length is a causal
+//! scan ([`Planner::choose_causal`], §5.8 2(i)) that adds drafts while each raises the
+//! predicted rate and stops at the first that does not. The gate and the forced lengths
+//! (warm-up, probes, every [`FULL_EVERY`]-th round) depend on the history alone, so they
+//! are stopping rules too.
 
 use serde::Serialize;
 
@@ -150,6 +156,15 @@ impl Planner {
         }
     }
 
+    /// A drafting round's length when the history alone sets it: a fixed schedule's, the
+    /// warm-up's, every [`FULL_EVERY`]-th round's.
+    fn forced_round(&self) -> Option<usize> {
+        match self.forced() {
+            Some(l) => Some(l.max(1).min(self.max)),
+            None => self.rounds.is_multiple_of(FULL_EVERY).then_some(self.max),
+        }
+    }
+
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
     /// plain step's by [`MIN_GAIN`].
     fn gate_open(&self) -> bool {
@@ -173,11 +188,7 @@ impl Planner {
     /// confidences (empty without a confidence head); every [`FULL_EVERY`]-th round
     /// verifies the whole block.
     pub fn choose(&self, confidences: &[f32]) -> Choice {
-        let forced = match self.forced() {
-            Some(l) => Some(l.max(1).min(self.max)),
-            None => self.rounds.is_multiple_of(FULL_EVERY).then_some(self.max),
-        };
-        if let Some(planned) = forced {
+        if let Some(planned) = self.forced_round() {
             return Choice {
                 planned,
                 predicted_gain: 1.0,
@@ -209,6 +220,34 @@ impl Planner {
                 planned: best,
                 predicted_gain: gain(best),
             }
+        }
+    }
+
+    /// [`Planner::choose`] for sampled verification (runtime-math §5.8 2(i)): admit drafts
+    /// one by one while one more raises the predicted rate, stop at the first that does
+    /// not; no guard. Whether draft j is admitted depends on confidences up to j, which
+    /// see drafts up to j − 1 only: the length is a stopping time of the drafts, so the
+    /// output keeps the target's law (a global argmax would look at later drafts).
+    pub fn choose_causal(&self, confidences: &[f32]) -> Choice {
+        if let Some(planned) = self.forced_round() {
+            return Choice {
+                planned,
+                predicted_gain: 1.0,
+            };
+        }
+        let a = self.survivals(confidences);
+        let mut l = 0;
+        while l < self.max && self.rate(&a, l + 1) > self.rate(&a, l) {
+            l += 1;
+        }
+        let all = self.rate(&a, self.max);
+        Choice {
+            planned: l,
+            predicted_gain: if all > 0.0 {
+                self.rate(&a, l) / all
+            } else {
+                1.0
+            },
         }
     }
 
@@ -528,6 +567,48 @@ mod tests {
         assert_eq!(p.verify_cost(1), 2.0);
         p.verify[8] = Some(100.0);
         assert_eq!(p.verify_cost(1), 0.0);
+    }
+
+    #[test]
+    fn sampling_admits_drafts_by_a_causal_scan() {
+        // runtime-math §5.2 Appendix A: T(1) = 1, T(2) = 2, T(3) = 1/0.45, c = (0.8, 0.9).
+        // One draft lowers the rate (1.8 / 2 < 1): the scan stops at 0, where the global
+        // argmax (which looks at c_2, a function of the first draft) verifies both.
+        let p = planner(2, |m| [1.0, 2.0, 1.0 / 0.45][m - 1], 0.8, 0.0);
+        assert_eq!(p.choose(&[0.8, 0.9]).planned, 2);
+        assert_eq!(p.choose_causal(&[0.8, 0.9]).planned, 0);
+        assert_eq!(p.choose_causal(&[0.8, 0.0]).planned, 0);
+        // A flat cost and certain drafts: the scan verifies everything too; a cost per
+        // token, nothing.
+        let p = planner(8, |_| 1.0, 1.0, 0.1);
+        assert_eq!(p.choose_causal(&[1.0; 8]).planned, 8);
+        let p = planner(8, |m| m as f64, 0.9, 0.0);
+        assert_eq!(p.choose_causal(&[0.9; 8]).planned, 0);
+        // The choice never depends on the confidences after the first one it refused (they
+        // see drafts it did not admit).
+        let p = planner(8, |m| 1.0 + 0.15 * m as f64, 0.7, 0.2);
+        let mut rng = 12345u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let mut lengths = [0usize; 9];
+        for _ in 0..500 {
+            let c: Vec<f32> = (0..8).map(|_| next()).collect();
+            let l = p.choose_causal(&c).planned;
+            lengths[l] += 1;
+            let mut later = c.clone();
+            for x in later.iter_mut().skip(l + 1) {
+                *x = next();
+            }
+            assert_eq!(p.choose_causal(&later).planned, l, "{c:?} / {later:?}");
+        }
+        assert!(
+            lengths.iter().filter(|&&n| n > 0).count() >= 3,
+            "{lengths:?}"
+        );
     }
 
     #[test]

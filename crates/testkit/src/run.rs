@@ -31,6 +31,7 @@ pub fn request<'a>(prompt: &'a [u32], max_tokens: usize, stop: &'a [u32]) -> Req
         context: 4096,
         stop,
         eos: None,
+        sampling: Default::default(),
     }
 }
 

@@ -299,3 +299,161 @@ fn every_schedule_generates_the_plain_greedy_tokens() {
         "{err}"
     );
 }
+
+#[test]
+fn sampled_generation_is_seeded_thread_invariant_and_traced() {
+    let tmp = Tmp::new();
+    let target = pair().join("target.gguf");
+    let draft = tmp.path("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&pair().join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    let prompt = pair().join("prompt.txt");
+    let sample = |threads: &str, seed: &str, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "-m",
+            s(&target),
+            "-f",
+            s(&prompt),
+            "-n",
+            "48",
+            "--ignore-eos",
+            "--json",
+            "--temp",
+            "0.8",
+            "--top-p",
+            "0.95",
+            "--seed",
+            seed,
+            "-t",
+            threads,
+        ];
+        args.extend_from_slice(extra);
+        let o = dspark(&args);
+        assert_ok(&o);
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("generate --json")
+    };
+    // A seed fixes the output for any thread count, plain and speculative (fixed
+    // schedule); another seed gives other tokens.
+    let plain = sample("1", "7", &[]);
+    assert_eq!(sample("2", "7", &[])["tokens"], plain["tokens"]);
+    assert_ne!(sample("1", "8", &[])["tokens"], plain["tokens"]);
+    assert_eq!(
+        plain["sampling"],
+        serde_json::json!({"temp": 0.8f32, "top_k": 0, "top_p": 0.95f32, "min_p": 0.0, "seed": 7})
+    );
+    let trace = tmp.path("trace.jsonl");
+    let spec = sample(
+        "1",
+        "7",
+        &[
+            "--draft",
+            s(&draft),
+            "--schedule",
+            "fixed",
+            "--trace",
+            s(&trace),
+        ],
+    );
+    let spec2 = sample("2", "7", &["--draft", s(&draft), "--schedule", "fixed"]);
+    assert_eq!(spec["tokens"], spec2["tokens"]);
+    assert!(spec["stats"]["rounds"].as_u64().unwrap() > 0);
+    // The trace: q and p of every verified draft, probabilities, q above 0 (it was drawn
+    // from q); the committed tokens replay the output.
+    let mut replay = vec![spec["tokens"][0].clone()];
+    for l in fs::read_to_string(&trace).unwrap().lines() {
+        let l: serde_json::Value = serde_json::from_str(l).unwrap();
+        let verified = l["verified"].as_u64().unwrap() as usize;
+        let (q, p) = (l["q"].as_array().unwrap(), l["p"].as_array().unwrap());
+        assert_eq!((q.len(), p.len()), (verified, verified), "{l}");
+        for (q, p) in q.iter().zip(p) {
+            let (q, p) = (q.as_f64().unwrap(), p.as_f64().unwrap());
+            assert!(q > 0.0 && q <= 1.0 && (0.0..=1.0).contains(&p), "{l}");
+        }
+        replay.extend(l["committed"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(serde_json::Value::Array(replay), spec["tokens"]);
+    // The adaptive schedule samples too (its tokens follow its choices).
+    let adaptive = sample("2", "7", &["--draft", s(&draft)]);
+    assert_eq!(adaptive["tokens"].as_array().unwrap().len(), 48);
+    // Greedy ignores the seed and the truncations: speculative equals plain.
+    let greedy = |extra: &[&str]| {
+        let mut args = vec!["--temp", "0", "--top-k", "5", "--seed", "3"];
+        args.extend_from_slice(extra);
+        generate(s(&target), s(&prompt), "48", &args)["tokens"].clone()
+    };
+    assert_eq!(greedy(&["--draft", s(&draft)]), greedy(&[]));
+    assert_eq!(
+        greedy(&[]),
+        generate(s(&target), s(&prompt), "48", &[])["tokens"]
+    );
+}
+
+#[test]
+fn eval_and_bench_sample_when_asked() {
+    let tmp = Tmp::new();
+    let target = pair().join("target.gguf");
+    let draft = tmp.path("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&pair().join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    let prompts = tmp.path("prompts.jsonl");
+    let text = fs::read_to_string(pair().join("heldout.jsonl")).unwrap();
+    fs::write(
+        &prompts,
+        text.lines().take(3).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    let e = eval(
+        s(&target),
+        s(&draft),
+        s(&prompts),
+        &["--temp", "1", "--top-k", "20", "--seed", "4"],
+    );
+    assert_eq!(e["prompts"], 3);
+    assert!(
+        e["identical_to_ar"].is_null(),
+        "sampled outputs are not compared: {e}"
+    );
+    assert_eq!(e["sampling"]["top_k"], 20);
+    let tau = e["mean_acceptance_length"].as_f64().unwrap();
+    assert!((1.0..=9.0).contains(&tau), "{tau}");
+    // The same seed, the same figures (but the times).
+    let again = eval(
+        s(&target),
+        s(&draft),
+        s(&prompts),
+        &["--temp", "1", "--top-k", "20", "--seed", "4"],
+    );
+    assert_eq!(again["acceptance_histogram"], e["acceptance_histogram"]);
+    let o = dspark(&[
+        "bench",
+        "-m",
+        s(&target),
+        "--draft",
+        s(&draft),
+        "--runs",
+        "3",
+        "--temp",
+        "0.8",
+        "--top-p",
+        "0.95",
+        "--json",
+    ]);
+    assert_ok(&o);
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        b["round"]["acceptance"]["median_ms"].as_f64().unwrap() > 0.0,
+        "{b}"
+    );
+    assert_eq!(b["sampling"]["temp"], 0.8f32);
+}

@@ -616,6 +616,82 @@ fn out_of_range_values_are_usage_errors() {
         ),
         (vec!["generate", "-m", ts], "required"),
         (
+            vec!["generate", "-m", ts, "--prompt-tokens", "1", "--temp", "-1"],
+            "not a temperature",
+        ),
+        (
+            vec![
+                "generate",
+                "-m",
+                ts,
+                "--prompt-tokens",
+                "1",
+                "--temp",
+                "nan",
+            ],
+            "not a temperature",
+        ),
+        (
+            vec![
+                "generate",
+                "-m",
+                ts,
+                "--prompt-tokens",
+                "1",
+                "--temp",
+                "inf",
+            ],
+            "not a temperature",
+        ),
+        (
+            vec![
+                "generate",
+                "-m",
+                ts,
+                "--prompt-tokens",
+                "1",
+                "--top-p",
+                "1.5",
+            ],
+            "not a probability",
+        ),
+        (
+            vec![
+                "generate",
+                "-m",
+                ts,
+                "--prompt-tokens",
+                "1",
+                "--min-p",
+                "-0.1",
+            ],
+            "not a probability",
+        ),
+        (
+            vec![
+                "generate",
+                "-m",
+                ts,
+                "--prompt-tokens",
+                "1",
+                "--top-k",
+                "-3",
+            ],
+            "--top-k",
+        ),
+        (
+            vec!["generate", "-m", ts, "--prompt-tokens", "1", "--seed", "x"],
+            "--seed",
+        ),
+        (
+            vec!["eval", "-m", ts, "-md", ds, "--prompts", ts, "--top-p", "2"],
+            "not a probability",
+        ),
+        (
+            vec!["bench", "-m", ts, "--temp", "-0.5"],
+            "not a temperature",
+        ),
+        (
             vec!["generate", "-m", ts, "-md", ds, "-p", ""],
             "prompt is empty",
         ),

@@ -7,8 +7,9 @@
 //! attention sees the cached context keys and the whole block (no causal mask), §1.5 a
 //! context K/V cache extended as tokens are committed (block K/V are never cached), §1.7
 //! both draft-row conventions, §1.8 base logits through the target's LM head (or the
-//! drafter's own, when it has one), §3.1 the greedy Markov chain seeded with the anchor
-//! and §3.3 the confidence head.
+//! drafter's own, when it has one), §3.1 the Markov chain seeded with the anchor (greedy,
+//! or sampling each draft from its own distribution `q_k` as §3.4 has it) and §3.3 the
+//! confidence head.
 //!
 //! [`Drafter`] holds the weights (shared through an `Arc`) and the target shape it was
 //! checked to fit; [`DraftSession`] one sequence's context cache.
@@ -29,6 +30,7 @@ use crate::nn::attention::{attend_group, Span};
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rope_heads, rope_tables, Rope, Yarn};
+use crate::sampling::{Dist, Sampler, Stream};
 use crate::target::Target;
 use crate::weights::{vector, ModelBytes, WeightRef};
 
@@ -54,6 +56,8 @@ pub struct Draft {
     pub tokens: Vec<u32>,
     /// Per draft, the confidence head's acceptance probability (empty without the head).
     pub confidences: Vec<f32>,
+    /// Per draft, the distribution it was sampled from (empty when drafted greedily).
+    pub proposals: Vec<Dist>,
     /// Where the drafting time went.
     pub times: DraftTimes,
 }
@@ -345,11 +349,34 @@ impl DraftSession {
         Ok(())
     }
 
-    /// Drafts one block after the cached context: the anchor `x0` at position `len()`,
-    /// mask tokens after it. Returns γ = B drafts (anchor-row convention) or B − 1.
-    /// `target` lends its embedding and LM head unless the drafter has its own; it must
-    /// have the shape the drafter was checked against.
+    /// Drafts one block after the cached context greedily: the anchor `x0` at position
+    /// `len()`, mask tokens after it. Returns γ = B drafts (anchor-row convention) or
+    /// B − 1. `target` lends its embedding and LM head unless the drafter has its own; it
+    /// must have the shape the drafter was checked against.
     pub fn draft(&self, target: &dyn Target, anchor: u32) -> Result<Draft> {
+        self.draft_with(target, anchor, None)
+    }
+
+    /// [`DraftSession::draft`], the Markov chain sampling each draft from its own
+    /// distribution `q_k` as `sampler`'s settings make it of `U_k + B_k` (§3.4), with the
+    /// uniform keyed by the anchor's position and the depth; the `q_k` are returned in
+    /// [`Draft::proposals`]. Greedy when `sampler` is `None` or greedy.
+    pub fn draft_sampled(
+        &self,
+        target: &dyn Target,
+        anchor: u32,
+        sampler: &mut Sampler,
+    ) -> Result<Draft> {
+        self.draft_with(target, anchor, Some(sampler))
+    }
+
+    fn draft_with(
+        &self,
+        target: &dyn Target,
+        anchor: u32,
+        sampler: Option<&mut Sampler>,
+    ) -> Result<Draft> {
+        let mut sampler = sampler.filter(|s| !s.settings().is_greedy());
         let model = &*self.model;
         let (c, bytes) = (&model.hparams, model.bytes());
         if target.shape() != model.target {
@@ -438,9 +465,12 @@ impl DraftSession {
             None => target.lm_head(hidden, &mut logits),
         }
         let head_done = Instant::now();
-        // 5. Markov chain (greedy), seeded with the anchor; confidence per draft.
+        // 5. Markov chain (greedy or sampled), seeded with the anchor; confidence per draft.
         let mut drafted = Vec::with_capacity(rows);
         let mut confidences = Vec::new();
+        let mut proposals = Vec::new();
+        let mut row = Vec::new();
+        let position = self.len;
         let mut prev = anchor;
         let biased = model.markov.is_some() && self.markov_bias;
         let mut bias = vec![0.0f32; if biased { vocab } else { 0 }];
@@ -476,7 +506,6 @@ impl DraftSession {
                 }
                 confidences.push(1.0 / (1.0 + (-s).exp()));
             }
-            // argmax of base + bias, lowest index on ties (NaN never wins).
             let value = |j: usize| {
                 if bias.is_empty() {
                     base[j]
@@ -484,20 +513,39 @@ impl DraftSession {
                     base[j] + bias[j]
                 }
             };
-            let mut best = (0usize, value(0));
-            for j in 1..vocab {
-                let v = value(j);
-                if v > best.1 {
-                    best = (j, v);
+            let next = match sampler.as_deref_mut() {
+                Some(sampler) => {
+                    row.clear();
+                    row.extend((0..vocab).map(value));
+                    let q = sampler.dist(&row, &|| {
+                        format!(
+                            "the drafter's logits for draft {} at position {position}",
+                            i + 1
+                        )
+                    })?;
+                    let x = q.sample(sampler.uniform(Stream::Draft, position, i));
+                    proposals.push(q);
+                    x
                 }
-            }
-            let next = best.0 as u32;
+                None => {
+                    // argmax of base + bias, lowest index on ties (NaN never wins).
+                    let mut best = (0usize, value(0));
+                    for j in 1..vocab {
+                        let v = value(j);
+                        if v > best.1 {
+                            best = (j, v);
+                        }
+                    }
+                    best.0 as u32
+                }
+            };
             drafted.push(next);
             prev = next;
         }
         Ok(Draft {
             tokens: drafted,
             confidences,
+            proposals,
             times: DraftTimes {
                 layers: layers_done - started,
                 lm_head: head_done - layers_done,
