@@ -30,6 +30,10 @@ use crate::target::{Logits, Target};
 /// seen within a fraction of a second on the targets dspark runs.
 pub const PREFILL_CHUNK: usize = 16;
 
+/// Plain steps whose features a speculative run keeps before handing them to the drafter
+/// in one batch (it takes them before it drafts in any case).
+pub const PENDING_ROWS: usize = 64;
+
 /// Index of the largest logit (the lowest index among equals; NaN never wins).
 pub fn argmax(logits: &[f32]) -> u32 {
     logits.iter().enumerate().fold(
@@ -406,15 +410,16 @@ fn check_step_memory(bytes: u64, what: &str) -> Result<()> {
     crate::memory::check_fits(bytes, &format!("the working memory of {what}"))
 }
 
-/// Prefills `prompt` in chunks; `with_features` receives each chunk's captured features.
-/// Returns the last position's logits, or `None` when interrupted.
+/// Prefills `prompt` in chunks; `with_features` receives each chunk's captured features,
+/// its width and the seconds its forward took. Returns the last position's logits, or
+/// `None` when interrupted.
 fn prefill(
     target: &mut dyn Target,
     prompt: &[u32],
     capture: &[usize],
     stats: &mut Stats,
     obs: &dyn Observer,
-    mut with_features: impl FnMut(&[f32], &mut Stats) -> Result<()>,
+    mut with_features: impl FnMut(&[f32], usize, f64, &mut Stats) -> Result<()>,
 ) -> Result<Option<Vec<f32>>> {
     let mut last = Vec::new();
     for chunk in prompt.chunks(PREFILL_CHUNK) {
@@ -423,8 +428,9 @@ fn prefill(
         }
         let t = Instant::now();
         let f = target.forward(chunk, capture, Logits::Last)?;
-        stats.seconds.target += t.elapsed().as_secs_f64();
-        with_features(&f.captured, stats)?;
+        let seconds = t.elapsed().as_secs_f64();
+        stats.seconds.target += seconds;
+        with_features(&f.captured, chunk.len(), seconds, stats)?;
         last = f.logits;
     }
     target.commit();
@@ -450,7 +456,14 @@ pub fn autoregressive(
     };
     let mut chooser = Chooser::new(req.sampling)?;
     let mut out = Output::new(req);
-    let prefilled = prefill(target, req.prompt, &[], &mut stats, obs, |_, _| Ok(()))?;
+    let prefilled = prefill(
+        target,
+        req.prompt,
+        &[],
+        &mut stats,
+        obs,
+        |_, _, _, _| Ok(()),
+    )?;
     let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     while out.going(obs) {
         let last = *out.tokens.last().expect("a token was generated");
@@ -462,6 +475,17 @@ pub fn autoregressive(
         obs.tokens(out.push(&[chooser.token(&f.logits, position)?]));
     }
     Ok(out.finish(stats, started, prompt_done))
+}
+
+/// Hands the drafter the `pending` features of plain steps (timed as drafter time).
+fn feed(drafter: &mut DraftSession, pending: &mut Vec<f32>, stats: &mut Stats) -> Result<()> {
+    if !pending.is_empty() {
+        let t = Instant::now();
+        drafter.add_context(pending)?;
+        stats.seconds.drafter += t.elapsed().as_secs_f64();
+        pending.clear();
+    }
+    Ok(())
 }
 
 /// Speculative sampling's acceptance of `drafts` (drawn from `proposals`) against the
@@ -577,14 +601,26 @@ pub fn speculative_with(
         target_step.saturating_add(model.step_bytes(drafter.capacity())),
         &format!("a speculative round (a block of {block}, logits for each row)"),
     )?;
+    let per_block = model.drafts_per_block();
+    let mut planner = Planner::new(
+        plan.schedule,
+        plan.draft_max.unwrap_or(per_block).min(per_block),
+    );
     let mut out = Output::new(req);
+    // The prefill's forwards seed the cost of verifying as many tokens (a short
+    // calibration that costs nothing); the first chunk also pages the weights in.
+    let mut chunks = 0;
     let prefilled = prefill(
         target,
         req.prompt,
         &capture,
         &mut stats,
         obs,
-        |features, stats| {
+        |features, width, seconds, stats| {
+            if chunks > 0 || req.prompt.len() <= PREFILL_CHUNK {
+                planner.record_prefill(width, seconds);
+            }
+            chunks += 1;
             let t = Instant::now();
             drafter.add_context(features)?;
             stats.seconds.drafter += t.elapsed().as_secs_f64();
@@ -594,25 +630,25 @@ pub fn speculative_with(
     let mut chooser = Chooser::new(req.sampling)?;
     let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     let vocab = target.shape().vocab;
-    let per_block = model.drafts_per_block();
-    let mut planner = Planner::new(
-        plan.schedule,
-        plan.draft_max.unwrap_or(per_block).min(per_block),
-    );
     let every_p = obs.wants_probabilities();
+    // Features of plain steps the drafter has not taken yet: they go to it in one batch
+    // before it next drafts (a useless drafter then costs one batched context update per
+    // PENDING_ROWS steps), or when PENDING_ROWS have gathered.
+    let mut pending: Vec<f32> = Vec::new();
     while out.going(obs) {
         let anchor = *out.tokens.last().expect("a token was generated");
         let committed = target.len();
         if !planner.draft_now() {
-            // A plain step: the anchor alone, its features to the drafter.
+            // A plain step: the anchor alone, its features kept for the drafter.
             let t = Instant::now();
             let f = target.forward(&[anchor], &capture, Logits::Last)?;
             let forward_s = t.elapsed().as_secs_f64();
             stats.seconds.target += forward_s;
             target.commit();
-            let t = Instant::now();
-            drafter.add_context(&f.captured[..width])?;
-            stats.seconds.drafter += t.elapsed().as_secs_f64();
+            pending.extend_from_slice(&f.captured[..width]);
+            if pending.len() >= PENDING_ROWS * width {
+                feed(drafter, &mut pending, &mut stats)?;
+            }
             planner.record_plain(forward_s);
             stats.plain_steps += 1;
             let kept = out.push(&[chooser.token(&f.logits, committed)?]).to_vec();
@@ -625,6 +661,13 @@ pub fn speculative_with(
             });
             continue;
         }
+        // Plain steps' cost, not this round's: timed apart from the draft.
+        feed(drafter, &mut pending, &mut stats)?;
+        debug_assert_eq!(
+            drafter.len(),
+            committed,
+            "the drafter has every committed position"
+        );
         let t = Instant::now();
         let draft = match &mut chooser.0 {
             None => drafter.draft(&*target, anchor)?,

@@ -69,7 +69,12 @@ pub const MIN_GAIN: f64 = 0.04;
 pub const PROBE: u64 = 8;
 
 /// The longest run of plain steps between probes.
-pub const MAX_PROBE: u64 = 64;
+pub const MAX_PROBE: u64 = 256;
+
+/// The share of the plain decoding time a failed probe may cost: after one, the next
+/// waits at least as many plain steps as its extra time over those steps is this share of
+/// (doubling after [`PROBE`] as long as that is longer).
+pub const PROBE_BUDGET: f64 = 0.02;
 
 /// Every this many rounds one verifies the whole block, whatever the plan, so the
 /// acceptance of deep positions is still observed.
@@ -78,6 +83,9 @@ pub const FULL_EVERY: u64 = 16;
 /// Weight a round's acceptance keeps per round after it: the statistics follow the text
 /// (about the last 20 rounds), not the whole run.
 pub const MEMORY: f64 = 0.95;
+
+/// The widest prefill forward that seeds a verify cost.
+pub const MAX_SEED_WIDTH: usize = 64;
 
 /// Weight of the newest timing in each cost's exponential average.
 const SMOOTHING: f64 = 0.25;
@@ -97,6 +105,9 @@ pub struct Planner {
     predicted: Vec<f64>,
     /// `verify[m - 1]`: seconds of a verify forward of m tokens, where measured.
     verify: Vec<Option<f64>>,
+    /// `prefill[m - 1]`: the fastest prefill forward of m tokens (a seed of the verify
+    /// costs before a verify of that width is measured; it may be wider than a block).
+    prefill: Vec<Option<f64>>,
     /// Seconds of the drafter per round (drafting and taking the committed features).
     draft: Option<f64>,
     /// Steps so far: rounds and plain steps.
@@ -129,6 +140,7 @@ impl Planner {
             accepted: vec![0.0; max],
             predicted: vec![0.0; max],
             verify: vec![None; max + 1],
+            prefill: Vec::new(),
             draft: None,
             steps: 0,
             rounds: 0,
@@ -142,27 +154,24 @@ impl Planner {
         self.max
     }
 
-    /// The drafts this step verifies when nothing is left to choose: a fixed schedule's,
-    /// and the warm-up's (the whole block, one draft, a plain step).
-    fn forced(&self) -> Option<usize> {
-        if self.schedule == Schedule::Fixed || self.max == 0 {
-            return Some(self.max);
-        }
-        match self.steps {
-            0 => Some(self.max),
-            1 => Some(1),
-            2 => Some(0),
-            _ => None,
-        }
+    /// True when some verify width's cost is known (measured, or seeded by the prefill).
+    fn costed(&self) -> bool {
+        self.verify.iter().chain(&self.prefill).any(Option::is_some)
     }
 
     /// A drafting round's length when the history alone sets it: a fixed schedule's, the
-    /// warm-up's, every [`FULL_EVERY`]-th round's.
+    /// first round's when no cost is known yet (the whole block, which measures the widest
+    /// verify), every [`FULL_EVERY`]-th round's.
     fn forced_round(&self) -> Option<usize> {
-        match self.forced() {
-            Some(l) => Some(l.max(1).min(self.max)),
-            None => self.rounds.is_multiple_of(FULL_EVERY).then_some(self.max),
+        if self.schedule == Schedule::Fixed || self.max == 0 {
+            return Some(self.max);
         }
+        let full = if self.rounds == 0 {
+            !self.costed()
+        } else {
+            self.rounds.is_multiple_of(FULL_EVERY)
+        };
+        full.then_some(self.max)
     }
 
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
@@ -176,11 +185,17 @@ impl Planner {
     }
 
     /// Whether to draft this step (false: a plain decode step), decided before drafting
-    /// from the history alone (the gate), or because a probe is due.
+    /// from the history alone (the gate), or because a probe is due. The warm-up: the
+    /// first step drafts (measuring the drafter), the second is a plain step (measuring
+    /// one).
     pub fn draft_now(&self) -> bool {
-        match self.forced() {
-            Some(l) => l > 0,
-            None => self.gate_open() || self.steps - self.last_round > self.probe_after,
+        if self.schedule == Schedule::Fixed || self.max == 0 {
+            return self.max > 0;
+        }
+        match self.steps {
+            0 => true,
+            1 => false,
+            _ => self.gate_open() || self.steps - self.last_round > self.probe_after,
         }
     }
 
@@ -280,15 +295,37 @@ impl Planner {
         self.last_round = self.steps;
         self.steps += 1;
         self.rounds += 1;
-        // After the warm-up, a round that leaves the gate shut was a probe that failed:
-        // wait longer.
-        if self.last_round >= 3 {
+        // A round that leaves the gate shut (the warm-up's, or a probe) failed: wait
+        // longer, doubling, and at least as long as keeps its cost within budget.
+        {
             self.probe_after = if self.gate_open() {
                 PROBE
             } else {
-                (self.probe_after * 2).min(MAX_PROBE)
+                let plain = self.verify_cost(1);
+                let extra = drafter_s + verify_s - (accepted + 1) as f64 * plain;
+                let budget = if plain > 0.0 {
+                    (extra.max(0.0) / (PROBE_BUDGET * plain)).ceil() as u64
+                } else {
+                    0
+                };
+                (self.probe_after * 2).max(budget).min(MAX_PROBE)
             };
         }
+    }
+
+    /// Records a prefill forward of `width` positions that took `seconds`: the fastest of
+    /// each width seeds the verify cost of that width until one is measured (a prefill
+    /// computes one row of logits where a verify computes all, so the seed is a little
+    /// low). Widths beyond [`MAX_SEED_WIDTH`] are ignored.
+    pub fn record_prefill(&mut self, width: usize, seconds: f64) {
+        if width == 0 || width > MAX_SEED_WIDTH || !seconds.is_finite() {
+            return;
+        }
+        if self.prefill.len() < width {
+            self.prefill.resize(width, None);
+        }
+        let t = &mut self.prefill[width - 1];
+        *t = Some(t.map_or(seconds, |old| old.min(seconds)));
     }
 
     /// Records a plain decode step of `forward_s` seconds.
@@ -349,25 +386,30 @@ impl Planner {
     /// measured widths; below them, the line through the two lowest (at most the lowest's
     /// cost, at least 0); above them, the highest's cost; 0 when none is measured.
     pub fn verify_cost(&self, m: usize) -> f64 {
-        let at = |i: usize| self.verify.get(i).copied().flatten();
+        let at = |i: usize| {
+            self.verify
+                .get(i)
+                .copied()
+                .flatten()
+                .or_else(|| self.prefill.get(i).copied().flatten())
+        };
+        let widths = self.verify.len().max(self.prefill.len());
         let i = m.clamp(1, self.max + 1) - 1;
         if let Some(t) = at(i) {
             return t;
         }
         let below = (0..i).rev().find_map(|k| at(k).map(|t| (k, t)));
-        let above = (i + 1..=self.max).find_map(|k| at(k).map(|t| (k, t)));
+        let above = (i + 1..widths).find_map(|k| at(k).map(|t| (k, t)));
         match (below, above) {
             (Some((k0, t0)), Some((k1, t1))) => t0 + (t1 - t0) * (i - k0) as f64 / (k1 - k0) as f64,
             (Some((_, t)), None) => t,
-            (None, Some((k0, t0))) => {
-                match (k0 + 1..=self.max).find_map(|k| at(k).map(|t| (k, t))) {
-                    Some((k1, t1)) => {
-                        let slope = (t1 - t0) / (k1 - k0) as f64;
-                        (t0 - slope * (k0 - i) as f64).clamp(0.0, t0)
-                    }
-                    None => t0,
+            (None, Some((k0, t0))) => match (k0 + 1..widths).find_map(|k| at(k).map(|t| (k, t))) {
+                Some((k1, t1)) => {
+                    let slope = (t1 - t0) / (k1 - k0) as f64;
+                    (t0 - slope * (k0 - i) as f64).clamp(0.0, t0)
                 }
-            }
+                None => t0,
+            },
             (None, None) => 0.0,
         }
     }
@@ -494,15 +536,14 @@ mod tests {
     fn warm_up_and_probes_measure_what_the_plan_would_not() {
         let mut p = Planner::new(Schedule::Adaptive, 8);
         assert!(p.draft_now());
-        assert_eq!(p.choose(&[]).planned, 8);
+        assert_eq!(p.choose(&[]).planned, 8, "no cost known: the whole block");
         p.record(8, 0, &[], 1.0, 9.0);
-        assert!(p.draft_now());
-        assert_eq!(p.choose(&[]).planned, 1);
-        p.record(1, 0, &[], 1.0, 2.0);
-        assert!(!p.draft_now());
+        assert!(!p.draft_now(), "then a plain step");
         p.record_plain(1.0);
-        // Nothing is ever accepted: plain steps, with probe rounds after 8, 16, 32, then
-        // every 64 plain steps; every 16th round verifies the whole block.
+        // Nothing is ever accepted: plain steps, with a probe round after 8; a failed
+        // probe that cost X more than plain steps would have waits X / (2 % of a step)
+        // steps, or twice the previous wait when longer, up to MAX_PROBE; every 16th round
+        // verifies the whole block.
         let mut probes = Vec::new();
         while p.steps < 2000 {
             if p.draft_now() {
@@ -521,10 +562,11 @@ mod tests {
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
         assert_eq!(
-            probes[0], 10,
+            probes[0], 9,
             "eight plain steps after the warm-up: {probes:?}"
         );
-        assert_eq!(gaps[..4], [16, 32, 64, 64], "{probes:?}");
+        // A probe verifying nothing costs its draft (1 step): 50 steps of budget.
+        assert_eq!(gaps[..4], [50, 100, 200, 256], "{probes:?}");
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
         // the gate opens at once.
