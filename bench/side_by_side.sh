@@ -416,7 +416,7 @@ f2 = lambda x, d=2: "–" if x is None else f"{x:.{d}f}"
 pct = lambda x: "–" if x is None else f"{100 * x:+.1f}%"
 L = [f"# dspark vs llama.cpp side by side — {label}", "",
      f"Target `{target}`; drafter converted at {OUTTYPE.upper()} three ways; {NP} prompts, {TOK} new tokens, "
-     (f"sampled at temperature {TEMP}, top-p {TOP_P} (llama.cpp: --top-k 0 --min-p 0), seed {SEED} + prompt index"
+     + (f"sampled at temperature {TEMP}, top-p {TOP_P} (llama.cpp: --top-k 0 --min-p 0), seed {SEED} + prompt index"
       if SAMPLED else "greedy") + f", stop at EOS; llama.cpp `--spec-type draft-dspark --spec-draft-n-max {NMAX}`.", "",
      f"llama-layout files (llama.cpp converter vs dspark --layout llama.cpp): "
      f"{res['compare_llama_layout_files'].get('tensors_bytes_equal', '?')}/"
