@@ -127,6 +127,9 @@ impl Printer<'_> {
 
 impl Observer for Printer<'_> {
     fn tokens(&mut self, tokens: &[u32]) {
+        if self.stdout.is_none() {
+            return;
+        }
         let mut bytes = Vec::new();
         for &t in tokens {
             match self.stream.as_mut() {
@@ -150,11 +153,15 @@ impl Observer for Printer<'_> {
     }
 
     fn round(&mut self, r: &Round) {
-        self.trace_line(&serde_json::to_string(r).expect("a round serializes"));
+        if self.trace.is_some() {
+            self.trace_line(&serde_json::to_string(r).expect("a round serializes"));
+        }
     }
 
     fn plain_step(&mut self, p: &PlainStep) {
-        self.trace_line(&serde_json::to_string(p).expect("a plain step serializes"));
+        if self.trace.is_some() {
+            self.trace_line(&serde_json::to_string(p).expect("a plain step serializes"));
+        }
     }
 
     fn interrupted(&self) -> bool {

@@ -257,8 +257,86 @@ fn exp_neg(x: f32) -> f32 {
 
 /// `exp((l − max) · scale)` of every logit into `out`.
 fn exp_all(logits: &[f32], max: f32, scale: f32, out: &mut Vec<f32>) {
-    out.clear();
-    out.extend(logits.iter().map(|&l| exp_neg((l - max) * scale)));
+    out.resize(logits.len(), 0.0);
+    for (o, &l) in out.iter_mut().zip(logits) {
+        *o = exp_neg((l - max) * scale);
+    }
+}
+
+/// The largest of `logits`, or `None` when one is not finite or there are none (in
+/// sixteen lanes, so the loop vectorizes).
+fn max_finite(logits: &[f32]) -> Option<f32> {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut finite = true;
+    let mut chunks = logits.chunks_exact(16);
+    for c in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            finite &= x.is_finite();
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    for &x in chunks.remainder() {
+        finite &= x.is_finite();
+        lanes[0] = if x > lanes[0] { x } else { lanes[0] };
+    }
+    let max = lanes
+        .iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+    (finite && !logits.is_empty()).then_some(max)
+}
+
+/// Buckets of logits [`top_p`] ranks by (each holding a 1/BUCKETS share of the range).
+const BUCKETS: usize = 512;
+
+/// Keeps in `c` (candidates at or above `floor`, in ascending id order, the largest
+/// logit `max`, `w[id]` = `exp(l − max)`) the smallest set of the largest logits whose
+/// weights reach `want`: the prefix of the order "larger logit, then lower id" up to the
+/// token whose weight crosses `want`, still in id order. Bucketed by logit: the buckets
+/// above the crossing one are kept whole, only the crossing bucket is sorted (a flat
+/// distribution has hundreds of candidates).
+fn top_p(c: &mut Vec<(u32, f32)>, w: &[f32], max: f32, floor: f32, want: f64) {
+    let range = (max - floor).max(f32::MIN_POSITIVE);
+    let scale = BUCKETS as f32 / range;
+    let bucket = |l: f32| (((max - l) * scale) as usize).min(BUCKETS - 1);
+    let mut mass = [0.0f64; BUCKETS];
+    for &(id, l) in c.iter() {
+        mass[bucket(l)] += f64::from(w[id as usize]);
+    }
+    let mut before = 0.0;
+    let Some(cross) = (0..BUCKETS).find(|&b| {
+        let reached = before + mass[b] >= want;
+        if !reached {
+            before += mass[b];
+        }
+        reached
+    }) else {
+        return; // rounding left the candidates short of `want`: keep them all
+    };
+    let mut edge: Vec<(u32, f32)> = c
+        .iter()
+        .copied()
+        .filter(|&(_, l)| bucket(l) == cross)
+        .collect();
+    edge.sort_unstable_by(order);
+    let mut sum = before;
+    let last = edge
+        .iter()
+        .position(|&(id, _)| {
+            sum += f64::from(w[id as usize]);
+            sum >= want
+        })
+        .map_or(edge.len() - 1, |i| i);
+    let last = edge[last];
+    c.retain(|x| {
+        let b = bucket(x.1);
+        b < cross || (b == cross && order(x, &last) != std::cmp::Ordering::Greater)
+    });
+}
+
+/// The order of [`top_p`]: the larger logit first, then the lower id.
+fn order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 /// The sum of `w` in f64, in eight fixed lanes (the same order for any input).
@@ -318,19 +396,16 @@ impl Sampler {
     /// mass, so none of them can be kept, and on a peaked distribution few tokens are left
     /// to rank.
     pub fn dist(&mut self, logits: &[f32], what: &dyn Fn() -> String) -> Result<Dist> {
-        let mut max = f32::NEG_INFINITY;
-        for (j, &x) in logits.iter().enumerate() {
-            if !x.is_finite() {
+        let Some(max) = max_finite(logits) else {
+            if let Some(j) = logits.iter().position(|x| !x.is_finite()) {
+                let x = logits[j];
                 return Err(RuntimeError::NonFinite(format!(
                     "{}: logit {j} is {x}",
                     what()
                 )));
             }
-            max = max.max(x);
-        }
-        if logits.is_empty() {
             return Err(RuntimeError::Request(format!("{}: no logits", what())));
-        }
+        };
         let s = self.settings;
         let inv_t = 1.0 / s.temp.max(f32::MIN_POSITIVE);
         let v = logits.len();
@@ -348,51 +423,29 @@ impl Sampler {
         let c = &mut self.candidates;
         c.clear();
         c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        // Larger logit first, then the lower id.
-        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if s.top_k > 0 && s.top_k < c.len() {
             c.select_nth_unstable_by(s.top_k - 1, order);
             c.truncate(s.top_k);
+            c.sort_unstable_by_key(|&(id, _)| id);
         }
         if s.top_p < 1.0 {
-            let w1 = |l: f32| f64::from(exp_neg(l - max));
+            exp_all(logits, max, 1.0, &mut self.weights);
+            let w = &self.weights;
             let total = if c.len() == v {
-                exp_all(logits, max, 1.0, &mut self.weights);
-                sum_f64(&self.weights)
+                sum_f64(w)
             } else {
-                c.iter().map(|&(_, l)| w1(l)).sum()
+                c.iter().map(|&(id, _)| f64::from(w[id as usize])).sum()
             };
             let want = f64::from(s.top_p) * total;
             let floor = (1.0 - f64::from(s.top_p)) / v as f64;
             let floor = max + floor.ln() as f32;
             c.retain(|&(_, l)| l >= floor);
-            // The largest few first; more only when they do not reach P.
-            let mut m = c.len().min(64);
-            loop {
-                if m < c.len() {
-                    c.select_nth_unstable_by(m - 1, order);
-                }
-                c[..m].sort_unstable_by(order);
-                let mut sum = 0.0;
-                let keep = c[..m].iter().position(|&(_, l)| {
-                    sum += w1(l);
-                    sum >= want
-                });
-                if let Some(i) = keep {
-                    c.truncate(i + 1);
-                    break;
-                }
-                if m == c.len() {
-                    break;
-                }
-                m = (m * 4).min(c.len());
-            }
+            top_p(c, w, max, floor, want);
         }
         if s.min_p > 0.0 {
             let floor = f64::from(max) + f64::from(s.min_p).ln();
             c.retain(|&(_, l)| f64::from(l) >= floor);
         }
-        c.sort_unstable_by_key(|&(id, _)| id);
         let mut probs: Vec<f64> = c.iter().map(|&(_, l)| weight(l)).collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= sum);

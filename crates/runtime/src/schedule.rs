@@ -71,10 +71,10 @@ pub const PROBE: u64 = 8;
 /// The longest run of plain steps between probes.
 pub const MAX_PROBE: u64 = 256;
 
-/// The share of the plain decoding time a failed probe may cost: after one, the next
+/// The share of the plain decoding time a failed probe may cost (1 %): after one, the next
 /// waits at least as many plain steps as its extra time over those steps is this share of
 /// (doubling after [`PROBE`] as long as that is longer).
-pub const PROBE_BUDGET: f64 = 0.02;
+pub const PROBE_BUDGET: f64 = 0.01;
 
 /// Every this many rounds one verifies the whole block, whatever the plan, so the
 /// acceptance of deep positions is still observed.
@@ -118,6 +118,10 @@ pub struct Planner {
     last_round: u64,
     /// Plain steps after which the next probe drafts.
     probe_after: u64,
+    /// Rounds in a row that left the gate shut.
+    failures: u32,
+    /// Seconds the last round took (drafter and verify) and the tokens it committed.
+    last_cost: (f64, usize),
 }
 
 /// What the plan was for a step, as the trace records it.
@@ -146,6 +150,8 @@ impl Planner {
             rounds: 0,
             last_round: 0,
             probe_after: PROBE,
+            failures: 0,
+            last_cost: (0.0, 0),
         }
     }
 
@@ -295,22 +301,34 @@ impl Planner {
         self.last_round = self.steps;
         self.steps += 1;
         self.rounds += 1;
-        // A round that leaves the gate shut (the warm-up's, or a probe) failed: wait
-        // longer, doubling, and at least as long as keeps its cost within budget.
-        {
-            self.probe_after = if self.gate_open() {
-                PROBE
-            } else {
-                let plain = self.verify_cost(1);
-                let extra = drafter_s + verify_s - (accepted + 1) as f64 * plain;
-                let budget = if plain > 0.0 {
-                    (extra.max(0.0) / (PROBE_BUDGET * plain)).ceil() as u64
-                } else {
-                    0
-                };
-                (self.probe_after * 2).max(budget).min(MAX_PROBE)
-            };
+        self.last_cost = (drafter_s + verify_s, accepted + 1);
+        self.failures = if self.gate_open() {
+            0
+        } else {
+            self.failures + 1
+        };
+        self.back_off();
+    }
+
+    /// Sets the plain steps before the next probe: [`PROBE`] while the gate is open; after
+    /// `k` rounds in a row that left it shut, `PROBE · 2^(k−1)`, or more when the last
+    /// round's extra time over plain steps is more than [`PROBE_BUDGET`] of that many
+    /// plain steps; at most [`MAX_PROBE`].
+    fn back_off(&mut self) {
+        if self.failures == 0 {
+            self.probe_after = PROBE;
+            return;
         }
+        let plain = self.verify_cost(1);
+        let (cost, tokens) = self.last_cost;
+        let extra = cost - tokens as f64 * plain;
+        let budget = if plain > 0.0 {
+            (extra.max(0.0) / (PROBE_BUDGET * plain)).ceil() as u64
+        } else {
+            0
+        };
+        let doubled = PROBE << (self.failures - 1).min(16);
+        self.probe_after = doubled.max(budget).min(MAX_PROBE);
     }
 
     /// Records a prefill forward of `width` positions that took `seconds`: the fastest of
@@ -332,6 +350,11 @@ impl Planner {
     pub fn record_plain(&mut self, forward_s: f64) {
         self.verify[0] = average(self.verify[0], forward_s);
         self.steps += 1;
+        // The warm-up's plain step measured what the first round's back-off guessed.
+        if self.steps == 2 && self.rounds == 1 {
+            self.failures = if self.gate_open() { 0 } else { 1 };
+            self.back_off();
+        }
     }
 
     /// Survivals `a_1..a_max` for this round: from the confidences calibrated per depth
@@ -540,10 +563,12 @@ mod tests {
         p.record(8, 0, &[], 1.0, 9.0);
         assert!(!p.draft_now(), "then a plain step");
         p.record_plain(1.0);
-        // Nothing is ever accepted: plain steps, with a probe round after 8; a failed
-        // probe that cost X more than plain steps would have waits X / (2 % of a step)
-        // steps, or twice the previous wait when longer, up to MAX_PROBE; every 16th round
-        // verifies the whole block.
+        // Nothing is ever accepted. The warm-up round cost 9 plain steps more than what it
+        // committed: the first probe waits the longest (9 / 1 % = 900 steps, at most
+        // MAX_PROBE). A failed probe that cost X more than plain steps would have waits
+        // X / (1 % of a step) steps, or PROBE · 2^(k−1) after k failures when longer, up to
+        // MAX_PROBE; every 16th round verifies the whole block.
+        assert_eq!(p.probe_after, MAX_PROBE);
         let mut probes = Vec::new();
         while p.steps < 2000 {
             if p.draft_now() {
@@ -561,12 +586,10 @@ mod tests {
             }
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
-        assert_eq!(
-            probes[0], 9,
-            "eight plain steps after the warm-up: {probes:?}"
-        );
-        // A probe verifying nothing costs its draft (1 step): 50 steps of budget.
-        assert_eq!(gaps[..4], [50, 100, 200, 256], "{probes:?}");
+        assert_eq!(probes[0], MAX_PROBE + 1, "{probes:?}");
+        // A probe verifying nothing costs its draft (1 step): 100 steps of budget, until the
+        // doubling (16, 32, 64, …) waits longer.
+        assert_eq!(gaps[..5], [100, 100, 100, 128, 256], "{probes:?}");
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
         // the gate opens at once.
