@@ -1,15 +1,19 @@
-//! Greedy decoding, plain and speculative (`shared/spec/runtime-math.md` §4.2–4.4), with
-//! tokens handed to an [`Observer`] as they are committed, a stop reason for every run,
-//! and statistics.
+//! Decoding, plain and speculative (`shared/spec/runtime-math.md` §4), greedy or sampled
+//! ([`crate::sampling`]), with tokens handed to an [`Observer`] as they are committed, a
+//! stop reason for every run, and statistics.
 //!
 //! The speculative loop: prefill with capture → draft a block after the anchor → verify
-//! the anchor and the drafts in one target forward → accept the longest prefix of drafts
-//! that equal the target's argmax, plus the target's next token (the bonus) → roll the
-//! target back to the committed length, commit, and give the drafter the committed
-//! positions' features. Because a batched target forward equals single-position forwards
-//! bit for bit, the output equals [`autoregressive`]'s token for token. How many drafts a
-//! round verifies, and whether a step drafts at all, is a [`Plan`]'s choice
-//! ([`crate::schedule`]); it changes the speed, never the tokens.
+//! the anchor and the drafts in one target forward → accept drafts, plus one token from
+//! the target (the bonus, or the residual sample that replaces the first rejected draft)
+//! → roll the target back to the committed length, commit, and give the drafter the
+//! committed positions' features. Greedy, a draft is accepted when it equals the target's
+//! argmax; because a batched target forward equals single-position forwards bit for bit,
+//! the output equals [`autoregressive`]'s token for token. Sampled, a draft drawn from the
+//! drafter's own distribution `q` is accepted with probability `min(1, p/q)` and the
+//! output's law is the target's (§4.5). How many drafts a round verifies, and whether a
+//! step drafts at all, is a [`Plan`]'s choice ([`crate::schedule`]); it changes the
+//! speed, never the greedy tokens or the sampled law. Plain steps' features reach the
+//! drafter in one batch before it next drafts.
 //!
 //! Both loops prefill in chunks of [`PREFILL_CHUNK`] positions (the same bits as one
 //! forward) and poll [`Observer::interrupted`] between chunks and steps, so an interrupt

@@ -9,9 +9,10 @@
 //!   [`DraftSession`]) that hold one sequence's state each.
 //! - [`Target`]: what the loop needs from a target session, with a rollback contract
 //!   (commit / roll back to a position) a recurrent target can honour too.
-//! - [`generate`]: greedy decoding, plain and speculative (lossless: the same tokens),
-//!   streaming committed tokens to an [`generate::Observer`], with a stop reason and
-//!   [`generate::Stats`].
+//! - [`generate`]: decoding, plain and speculative, greedy (lossless: the same tokens) or
+//!   sampled ([`sampling`]: lossless in law), streaming committed tokens to an
+//!   [`generate::Observer`], with a stop reason and [`generate::Stats`]; [`schedule`]:
+//!   how many drafts each round verifies, from measured costs and acceptance.
 //! - [`nn`]: the decoder layer, attention, norms, RoPE; [`cache`]: the KV cache;
 //!   [`memory`]: buffers sized from the request and refused with their byte count.
 //! - [`tokenizer`]: Hugging Face tokenizers, also rebuilt from a GGUF's own vocabulary.
