@@ -392,9 +392,9 @@ impl Sampler {
     ///
     /// Weights are `exp` in f32 (as llama.cpp computes them; [`exp_neg`]), summed in f64.
     /// Top-p first drops the tokens whose weight at temperature 1 is below `(1 − P) / V`
-    /// of the largest's: the tokens ranked above any of them hold more than P of the
-    /// mass, so none of them can be kept, and on a peaked distribution few tokens are left
-    /// to rank.
+    /// of the largest's (as the candidates are gathered, without top-k): the tokens ranked
+    /// above any of them hold more than P of the mass, so none of them can be kept, and on
+    /// a peaked distribution few tokens are left to rank.
     pub fn dist(&mut self, logits: &[f32], what: &dyn Fn() -> String) -> Result<Dist> {
         let Some(max) = max_finite(logits) else {
             if let Some(j) = logits.iter().position(|x| !x.is_finite()) {
@@ -422,8 +422,22 @@ impl Sampler {
         }
         let c = &mut self.candidates;
         c.clear();
-        c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        if s.top_k > 0 && s.top_k < c.len() {
+        let top_k = s.top_k > 0 && s.top_k < v;
+        // Without top-k, top-p's floor (below) applies as the candidates are gathered.
+        let floor = if s.top_p < 1.0 {
+            max + ((1.0 - f64::from(s.top_p)) / v as f64).ln() as f32
+        } else {
+            f32::NEG_INFINITY
+        };
+        let gather = if top_k { f32::NEG_INFINITY } else { floor };
+        c.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|&(_, &l)| l >= gather)
+                .map(|(i, &l)| (i as u32, l)),
+        );
+        if top_k {
             c.select_nth_unstable_by(s.top_k - 1, order);
             c.truncate(s.top_k);
             c.sort_unstable_by_key(|&(id, _)| id);
@@ -431,15 +445,15 @@ impl Sampler {
         if s.top_p < 1.0 {
             exp_all(logits, max, 1.0, &mut self.weights);
             let w = &self.weights;
-            let total = if c.len() == v {
-                sum_f64(w)
-            } else {
+            let total = if top_k {
                 c.iter().map(|&(id, _)| f64::from(w[id as usize])).sum()
+            } else {
+                sum_f64(w)
             };
             let want = f64::from(s.top_p) * total;
-            let floor = (1.0 - f64::from(s.top_p)) / v as f64;
-            let floor = max + floor.ln() as f32;
-            c.retain(|&(_, l)| l >= floor);
+            if top_k {
+                c.retain(|&(_, l)| l >= floor);
+            }
             top_p(c, w, max, floor, want);
         }
         if s.min_p > 0.0 {

@@ -180,6 +180,12 @@ impl Planner {
         full.then_some(self.max)
     }
 
+    /// The fewest drafts a round verifies: one in a probe (a round drafted while the gate
+    /// is shut, which must observe an acceptance to reopen it), else none.
+    fn least(&self) -> usize {
+        usize::from(self.max > 0 && !self.gate_open())
+    }
+
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
     /// plain step's by [`MIN_GAIN`].
     fn gate_open(&self) -> bool {
@@ -216,7 +222,7 @@ impl Planner {
             };
         }
         let a = self.survivals(confidences);
-        let best = (0..=self.max)
+        let best = (self.least()..=self.max)
             .max_by(|&x, &y| {
                 self.rate(&a, x)
                     .total_cmp(&self.rate(&a, y))
@@ -257,7 +263,7 @@ impl Planner {
             };
         }
         let a = self.survivals(confidences);
-        let mut l = 0;
+        let mut l = self.least();
         while l < self.max && self.rate(&a, l + 1) > self.rate(&a, l) {
             l += 1;
         }
@@ -493,10 +499,10 @@ mod tests {
             let p = planner(8, |m| m as f64, c, 0.2);
             assert!(!p.draft_now(), "c {c}");
         }
-        // Once drafted, a draft is worth verifying only when accepted more often than
-        // 1 / (1 + T_draft) = 1/2 of the time; here 0.3.
+        // A round drafted anyway is a probe: it verifies the fewest drafts that observe an
+        // acceptance, one.
         let p = planner(8, |m| m as f64, 0.3, 1.0);
-        assert_eq!(p.choose(&[]).planned, 0);
+        assert_eq!(p.choose(&[]).planned, 1);
     }
 
     #[test]
@@ -587,9 +593,10 @@ mod tests {
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
         assert_eq!(probes[0], MAX_PROBE + 1, "{probes:?}");
-        // A probe verifying nothing costs its draft (1 step): 100 steps of budget, until the
-        // doubling (16, 32, 64, …) waits longer.
-        assert_eq!(gaps[..5], [100, 100, 100, 128, 256], "{probes:?}");
+        // A probe verifies one draft: its draft and the wider verify cost 2 steps more
+        // than the token it commits, 200 steps of budget, until the doubling (16, 32, 64,
+        // 128, 256) waits longer.
+        assert_eq!(gaps[..5], [200, 200, 200, 200, 256], "{probes:?}");
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
         // the gate opens at once.
@@ -644,11 +651,15 @@ mod tests {
         assert_eq!(p.choose_causal(&[0.8, 0.9]).planned, 0);
         assert_eq!(p.choose_causal(&[0.8, 0.0]).planned, 0);
         // A flat cost and certain drafts: the scan verifies everything too; a cost per
-        // token, nothing.
+        // token, the one draft of a probe.
         let p = planner(8, |_| 1.0, 1.0, 0.1);
         assert_eq!(p.choose_causal(&[1.0; 8]).planned, 8);
         let p = planner(8, |m| m as f64, 0.9, 0.0);
-        assert_eq!(p.choose_causal(&[0.9; 8]).planned, 0);
+        assert_eq!(
+            p.choose_causal(&[0.9; 8]).planned,
+            1,
+            "a probe verifies one"
+        );
         // The choice never depends on the confidences after the first one it refused (they
         // see drafts it did not admit).
         let p = planner(8, |m| 1.0 + 0.15 * m as f64, 0.7, 0.2);
@@ -674,6 +685,20 @@ mod tests {
             lengths.iter().filter(|&&n| n > 0).count() >= 3,
             "{lengths:?}"
         );
+    }
+
+    #[test]
+    fn a_probe_verifies_at_least_one_draft() {
+        // Drafting never pays (a cost per token): the gate is shut, and a probe round,
+        // which would otherwise verify nothing, verifies one draft.
+        let p = planner(8, |m| m as f64, 0.9, 0.0);
+        assert!(!p.gate_open());
+        assert_eq!(p.choose(&[0.9; 8]).planned, 1);
+        assert_eq!(p.choose_causal(&[0.9; 8]).planned, 1);
+        // With the gate open, a length of 0 stays possible (Appendix A).
+        let p = planner(2, |m| [1.0, 2.0, 1.0 / 0.45][m - 1], 0.8, 0.0);
+        assert!(p.gate_open());
+        assert_eq!(p.choose_causal(&[0.8, 0.9]).planned, 0);
     }
 
     #[test]

@@ -167,8 +167,14 @@ fn request<'a>(prompt: &'a [u32], n: usize, sampling: Sampling) -> Request<'a> {
     }
 }
 
-/// The exact law of the first `k` tokens after `prompt` under target-only sampling.
-fn exact(toy: &Toy, prompt: &[u32], k: usize, s: Sampling) -> HashMap<Vec<u32>, f64> {
+/// The exact law of the first `k` tokens after `prompt` under target-only sampling, from
+/// `logits(history)`, the target's logits after `history`.
+fn exact_law(
+    prompt: &[u32],
+    k: usize,
+    s: Sampling,
+    mut logits: impl FnMut(&[u32]) -> Vec<f32>,
+) -> HashMap<Vec<u32>, f64> {
     let mut sampler = Sampler::new(s).unwrap();
     let mut law = HashMap::from([(Vec::new(), 1.0)]);
     for _ in 0..k {
@@ -176,7 +182,9 @@ fn exact(toy: &Toy, prompt: &[u32], k: usize, s: Sampling) -> HashMap<Vec<u32>, 
         for (seq, p) in law {
             let mut history = prompt.to_vec();
             history.extend(&seq);
-            let d = sampler.dist(&toy.next(&history), &|| "toy".into()).unwrap();
+            let d = sampler
+                .dist(&logits(&history), &|| "target".into())
+                .unwrap();
             for (t, q) in d.iter() {
                 let mut longer = seq.clone();
                 longer.push(t);
@@ -341,7 +349,7 @@ fn speculative_sampling_has_the_targets_law_per_position_and_jointly() {
     ];
     let n = 3000;
     for s in settings() {
-        let law = exact(&toy, &prompt, K, s);
+        let law = exact_law(&prompt, K, s, |h| toy.next(h));
         for (pi, &plan) in plans.iter().enumerate() {
             let outputs = (0..n as u64).map(|seed| {
                 let req = request(&prompt, K, Sampling { seed, ..s });
@@ -384,7 +392,7 @@ fn the_harness_tells_the_drafters_law_from_the_targets() {
     let drafter = toy_drafter(5);
     let prompt = [2u32, 4, 1];
     let s = settings()[0];
-    let law = exact(&toy, &prompt, 2, s);
+    let law = exact_law(&prompt, 2, s, |h| toy.next(h));
     let (mut drafts, mut firsts) = (HashMap::new(), HashMap::new());
     let mut rejected = 0;
     let n = 3000;
@@ -478,24 +486,10 @@ fn the_trained_pair_samples_the_targets_law() {
         },
     ] {
         // The exact law, from the target's own logits after every prefix.
-        let mut sampler = Sampler::new(s).unwrap();
-        let mut law = HashMap::from([(Vec::new(), 1.0)]);
-        for _ in 0..k {
-            let mut next = HashMap::new();
-            for (seq, p) in law {
-                let mut history = prompt.clone();
-                history.extend(&seq);
-                let mut session = target.session(history.len()).unwrap();
-                let f = session.forward(&history, &[], Logits::Last).unwrap();
-                let d = sampler.dist(&f.logits, &|| "target".into()).unwrap();
-                for (t, q) in d.iter() {
-                    let mut longer: Vec<u32> = seq.clone();
-                    longer.push(t);
-                    next.insert(longer, p * q);
-                }
-            }
-            law = next;
-        }
+        let law = exact_law(&prompt, k, s, |history| {
+            let mut session = target.session(history.len()).unwrap();
+            session.forward(history, &[], Logits::Last).unwrap().logits
+        });
         let n = 1500;
         let mut counter = CountAccepted(0);
         let outputs: Vec<Vec<u32>> = (0..n as u64)

@@ -15,6 +15,19 @@ fn pair() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/code-pair")
 }
 
+/// The pair's drafter converted (default options) into `tmp`.
+fn converted_drafter(tmp: &Tmp) -> PathBuf {
+    let draft = tmp.path("draft.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&pair().join("draft")),
+        "-o",
+        s(&draft),
+        "-q",
+    ]));
+    draft
+}
+
 /// `dspark generate --json` of `n` tokens (past EOS) after the text of `prompt`, on 2
 /// threads, with `extra` options.
 fn generate(target: &str, prompt: &str, n: &str, extra: &[&str]) -> serde_json::Value {
@@ -228,14 +241,7 @@ fn plain_decoding_reproduces_llama_cpp_greedy_text() {
 fn every_schedule_generates_the_plain_greedy_tokens() {
     let tmp = Tmp::new();
     let target = pair().join("target.gguf");
-    let draft = tmp.path("draft.gguf");
-    assert_ok(&dspark(&[
-        "convert",
-        s(&pair().join("draft")),
-        "-o",
-        s(&draft),
-        "-q",
-    ]));
+    let draft = converted_drafter(&tmp);
     let text = fs::read_to_string(pair().join("heldout.jsonl")).unwrap();
     for (i, line) in text.lines().take(3).enumerate() {
         let row: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -304,14 +310,7 @@ fn every_schedule_generates_the_plain_greedy_tokens() {
 fn sampled_generation_is_seeded_thread_invariant_and_traced() {
     let tmp = Tmp::new();
     let target = pair().join("target.gguf");
-    let draft = tmp.path("draft.gguf");
-    assert_ok(&dspark(&[
-        "convert",
-        s(&pair().join("draft")),
-        "-o",
-        s(&draft),
-        "-q",
-    ]));
+    let draft = converted_drafter(&tmp);
     let prompt = pair().join("prompt.txt");
     let sample = |threads: &str, seed: &str, extra: &[&str]| {
         let mut args = vec![
@@ -398,14 +397,7 @@ fn sampled_generation_is_seeded_thread_invariant_and_traced() {
 fn eval_and_bench_sample_when_asked() {
     let tmp = Tmp::new();
     let target = pair().join("target.gguf");
-    let draft = tmp.path("draft.gguf");
-    assert_ok(&dspark(&[
-        "convert",
-        s(&pair().join("draft")),
-        "-o",
-        s(&draft),
-        "-q",
-    ]));
+    let draft = converted_drafter(&tmp);
     let prompts = tmp.path("prompts.jsonl");
     let text = fs::read_to_string(pair().join("heldout.jsonl")).unwrap();
     fs::write(
