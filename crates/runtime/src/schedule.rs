@@ -20,12 +20,16 @@
 //!
 //! Before drafting, a gate compares the best rate the history predicts with a plain decode
 //! step's, `1 / T_verify(1)`: when drafting does not pay by [`MIN_GAIN`], the step is a
-//! plain decode (its features still go to the drafter), so a useless drafter costs almost
-//! nothing. The first steps measure three widths (the whole block, one draft, a plain
-//! step). While the gate stays shut, a probe round still drafts after [`PROBE`] plain
-//! steps, then after twice as many each time it does not reopen the gate, up to
-//! [`MAX_PROBE`]; and every [`FULL_EVERY`]-th round verifies the whole block, so the
-//! statistics never freeze and a drafter that never pays costs a few per cent.
+//! plain decode (its features still go to the drafter, in one batch before it next
+//! drafts), so a useless drafter costs almost nothing. The prefill's forwards seed the
+//! costs of their widths ([`Planner::record_prefill`]); the first step drafts (its length
+//! chosen from those seeds, or the whole block without them), the second is a plain step.
+//! While the gate stays shut, a probe round still drafts, verifying at least one draft,
+//! after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
+//! gate, and at least as many as keep the failed round's extra time within
+//! [`PROBE_BUDGET`] of plain decoding, up to [`MAX_PROBE`]; and every [`FULL_EVERY`]-th
+//! round verifies the whole block, so the statistics never freeze and a drafter that never
+//! pays costs a few per cent.
 //!
 //! Greedy verification accepts the same tokens whatever ℓ is and whether a step drafts
 //! (the target's argmax decides each position), so the schedule changes only the speed,
