@@ -390,11 +390,12 @@ impl Sampler {
     /// The distribution the settings make of `logits` (`what` names them in the error a
     /// logit that is not finite gets). Not for greedy settings (the temperature divides).
     ///
-    /// Weights are `exp` in f32 (as llama.cpp computes them; [`exp_neg`]), summed in f64.
-    /// Top-p first drops the tokens whose weight at temperature 1 is below `(1 − P) / V`
-    /// of the largest's (as the candidates are gathered, without top-k): the tokens ranked
-    /// above any of them hold more than P of the mass, so none of them can be kept, and on
-    /// a peaked distribution few tokens are left to rank.
+    /// Weights are `exp` in f32 (as llama.cpp computes them; here a vectorizing
+    /// approximation within 2e-7), summed in f64. Top-p first drops the tokens whose
+    /// weight at temperature 1 is below `(1 − P) / V` of the largest's (as the candidates
+    /// are gathered, without top-k): the tokens ranked above any of them hold more than P
+    /// of the mass, so none of them can be kept, and on a peaked distribution few tokens
+    /// are left to rank.
     pub fn dist(&mut self, logits: &[f32], what: &dyn Fn() -> String) -> Result<Dist> {
         let Some(max) = max_finite(logits) else {
             if let Some(j) = logits.iter().position(|x| !x.is_finite()) {
