@@ -169,19 +169,21 @@ impl Planner {
         self.verify.iter().chain(&self.prefill).any(Option::is_some)
     }
 
-    /// A drafting round's length when the history alone sets it: a fixed schedule's, the
-    /// first round's when no cost is known yet (the whole block, which measures the widest
-    /// verify), every [`FULL_EVERY`]-th round's.
-    fn forced_round(&self) -> Option<usize> {
-        if self.schedule == Schedule::Fixed || self.max == 0 {
-            return Some(self.max);
-        }
-        let full = if self.rounds == 0 {
-            !self.costed()
-        } else {
-            self.rounds.is_multiple_of(FULL_EVERY)
-        };
-        full.then_some(self.max)
+    /// The plan of a drafting round whose length the history alone sets (the whole block):
+    /// a fixed schedule's, the first round's when no cost is known yet (it measures the
+    /// widest verify), every [`FULL_EVERY`]-th round's.
+    fn forced_round(&self) -> Option<Choice> {
+        let full = self.schedule == Schedule::Fixed
+            || self.max == 0
+            || if self.rounds == 0 {
+                !self.costed()
+            } else {
+                self.rounds.is_multiple_of(FULL_EVERY)
+            };
+        full.then_some(Choice {
+            planned: self.max,
+            predicted_gain: 1.0,
+        })
     }
 
     /// The fewest drafts a round verifies: one in a probe (a round drafted while the gate
@@ -219,11 +221,8 @@ impl Planner {
     /// confidences (empty without a confidence head); every [`FULL_EVERY`]-th round
     /// verifies the whole block.
     pub fn choose(&self, confidences: &[f32]) -> Choice {
-        if let Some(planned) = self.forced_round() {
-            return Choice {
-                planned,
-                predicted_gain: 1.0,
-            };
+        if let Some(forced) = self.forced_round() {
+            return forced;
         }
         let a = self.survivals(confidences);
         let best = (self.least()..=self.max)
@@ -260,11 +259,8 @@ impl Planner {
     /// see drafts up to j − 1 only: the length is a stopping time of the drafts, so the
     /// output keeps the target's law (a global argmax would look at later drafts).
     pub fn choose_causal(&self, confidences: &[f32]) -> Choice {
-        if let Some(planned) = self.forced_round() {
-            return Choice {
-                planned,
-                predicted_gain: 1.0,
-            };
+        if let Some(forced) = self.forced_round() {
+            return forced;
         }
         let a = self.survivals(confidences);
         let mut l = self.least();
