@@ -688,6 +688,27 @@ mod tests {
     }
 
     #[test]
+    fn the_chosen_drafts_are_a_prefix_of_the_block() {
+        // Survivals never increase with depth, whatever the confidences and calibration,
+        // so the ℓ drafts of largest survival are the first ℓ: a length is a prefix.
+        let p = planner(8, |m| 1.0 + 0.2 * m as f64, 0.6, 0.1);
+        let mut rng = 99u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 40) as f32 / (1u64 << 24) as f32
+        };
+        for _ in 0..300 {
+            let c: Vec<f32> = (0..8).map(|_| next()).collect();
+            let a = p.survivals(&c);
+            assert!(a.windows(2).all(|w| w[1] <= w[0]), "{c:?}: {a:?}");
+            assert!(a.iter().all(|&x| (0.0..=1.0).contains(&x)));
+            assert!(p.choose(&c).planned <= 8 && p.choose_causal(&c).planned <= 8);
+        }
+    }
+
+    #[test]
     fn a_probe_verifies_at_least_one_draft() {
         // Drafting never pays (a cost per token): the gate is shut, and a probe round,
         // which would otherwise verify nothing, verifies one draft.
