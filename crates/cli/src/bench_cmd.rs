@@ -250,10 +250,11 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         "context": context,
         "sampling": a.sampling.json(),
     });
-    let mut sampler = if a.sampling.temp > 0.0 {
-        Some(Sampler::new(a.sampling.settings(a.sampling.seed)).map_err(anyhow::Error::new)?)
-    } else {
+    let settings = a.sampling.settings(a.sampling.seed);
+    let mut sampler = if settings.is_greedy() {
         None
+    } else {
+        Some(Sampler::new(settings).map_err(anyhow::Error::new)?)
     };
     // On a pool worker, like generate and eval: the steps are timed as they run there.
     let measured = crate::on_pool(|| -> Result<()> {

@@ -155,7 +155,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
         None
     };
     let drafts = drafter.drafts_per_block();
-    let greedy = a.sampling.temp == 0.0;
+    let greedy = a.sampling.settings(a.sampling.seed).is_greedy();
 
     let mut acceptance = Acceptance::default();
     let (mut ar_tokens, mut ar_seconds, mut sp_tokens, mut sp_seconds) = (0usize, 0.0, 0usize, 0.0);

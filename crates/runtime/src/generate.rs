@@ -52,7 +52,8 @@ pub fn argmax(logits: &[f32]) -> u32 {
 fn pick(logits: &[f32], position: usize) -> Result<u32> {
     if let Some(j) = logits.iter().position(|x| !x.is_finite()) {
         return Err(RuntimeError::NonFinite(format!(
-            "the target's logit {j} at position {position} is {}: its weights overflow f32",
+            "{}: logit {j} is {}",
+            target_logits(position),
             logits[j]
         )));
     }

@@ -530,9 +530,9 @@ mod tests {
     }
 
     fn logits(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rng = dspark_testkit::rng::SplitMix64(seed);
         (0..n)
-            .map(|_| (rng.next_u32() % 2000) as f32 / 250.0 - 4.0)
+            .map(|_| (rng.next_u64() % 2000) as f32 / 250.0 - 4.0)
             .collect()
     }
 

@@ -479,6 +479,12 @@ mod tests {
         p
     }
 
+    /// Uniform values in [0, 1) from the workspace's seeded generator.
+    fn unit(seed: u64) -> impl FnMut() -> f32 {
+        let mut rng = dspark_testkit::rng::SplitMix64(seed);
+        move || (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
     fn rate(p: &Planner, l: usize) -> f64 {
         p.rate(&p.survivals(&[]), l)
     }
@@ -663,13 +669,7 @@ mod tests {
         // The choice never depends on the confidences after the first one it refused (they
         // see drafts it did not admit).
         let p = planner(8, |m| 1.0 + 0.15 * m as f64, 0.7, 0.2);
-        let mut rng = 12345u64;
-        let mut next = || {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (rng >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut next = unit(12345);
         let mut lengths = [0usize; 9];
         for _ in 0..500 {
             let c: Vec<f32> = (0..8).map(|_| next()).collect();
@@ -692,13 +692,7 @@ mod tests {
         // Survivals never increase with depth, whatever the confidences and calibration,
         // so the ℓ drafts of largest survival are the first ℓ: a length is a prefix.
         let p = planner(8, |m| 1.0 + 0.2 * m as f64, 0.6, 0.1);
-        let mut rng = 99u64;
-        let mut next = || {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (rng >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut next = unit(99);
         for _ in 0..300 {
             let c: Vec<f32> = (0..8).map(|_| next()).collect();
             let a = p.survivals(&c);

@@ -31,6 +31,17 @@ fn converted_drafter(tmp: &Tmp) -> PathBuf {
 /// `dspark generate --json` of `n` tokens (past EOS) after the text of `prompt`, on 2
 /// threads, with `extra` options.
 fn generate(target: &str, prompt: &str, n: &str, extra: &[&str]) -> serde_json::Value {
+    generate_on("2", target, prompt, n, extra)
+}
+
+/// [`generate`] on `threads` threads.
+fn generate_on(
+    threads: &str,
+    target: &str,
+    prompt: &str,
+    n: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let mut args = vec![
         "generate",
         "-m",
@@ -41,7 +52,7 @@ fn generate(target: &str, prompt: &str, n: &str, extra: &[&str]) -> serde_json::
         n,
         "--ignore-eos",
         "-t",
-        "2",
+        threads,
         "--json",
     ];
     args.extend_from_slice(extra);
@@ -313,29 +324,9 @@ fn sampled_generation_is_seeded_thread_invariant_and_traced() {
     let draft = converted_drafter(&tmp);
     let prompt = pair().join("prompt.txt");
     let sample = |threads: &str, seed: &str, extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "-m",
-            s(&target),
-            "-f",
-            s(&prompt),
-            "-n",
-            "48",
-            "--ignore-eos",
-            "--json",
-            "--temp",
-            "0.8",
-            "--top-p",
-            "0.95",
-            "--seed",
-            seed,
-            "-t",
-            threads,
-        ];
+        let mut args = vec!["--temp", "0.8", "--top-p", "0.95", "--seed", seed];
         args.extend_from_slice(extra);
-        let o = dspark(&args);
-        assert_ok(&o);
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("generate --json")
+        generate_on(threads, s(&target), s(&prompt), "48", &args)
     };
     // A seed fixes the output for any thread count, plain and speculative (fixed
     // schedule); another seed gives other tokens.
