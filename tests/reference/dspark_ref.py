@@ -48,7 +48,7 @@ RoPE (2.1-2.2), NeoX half rotation over the whole head (r = head_dim), angles p 
       (= cos and sin multiplied by mscale).
 
 --q8-activations (dspark's / ggml's CPU matmul numerics): before every product with a Q8_0 weight the
-activation row is rounded to Q8_0 (via float32, gguf-py's quantizer): the target's own products
+activation row is rounded to Q8_0 (via float32, ggml's x86 recipe, ggml_q8.py): the target's own products
 (qwen3_ref), the drafter's fc, q/k/v/o, gate/up/down, the target's lm head when Q8_0 and the Markov
 w2 product. Not rounded: the w1 row lookup (a plain dequantized row, used as is by w2's rounding and
 by the confidence head), the token embedding lookup, norms, RoPE, attention, the confidence dot
@@ -84,6 +84,8 @@ from typing import Sequence
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
+
+from ggml_q8 import round_q8_activations
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qwen3_ref import Qwen3Gguf, forward_model, rms_norm, rope_neox, silu  # noqa: E402
@@ -302,8 +304,7 @@ def q8_round(a: np.ndarray) -> np.ndarray:
     """Round each row (last axis, blocks of 32) to Q8_0 through float32, return float64."""
     shp = a.shape
     flat = np.ascontiguousarray(a.reshape(-1, shp[-1]), dtype=np.float32)
-    q = quantize(flat, Q8_0)
-    return np.asarray(dequantize(q, Q8_0), dtype=np.float32).reshape(shp).astype(np.float64)
+    return round_q8_activations(flat).reshape(shp).astype(np.float64)
 
 
 def _matvec(model: Qwen3Gguf, name: str, a: np.ndarray, q8: bool, W: np.ndarray | None = None) -> np.ndarray:

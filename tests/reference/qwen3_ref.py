@@ -68,6 +68,8 @@ import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
+from ggml_q8 import round_q8_activations
+
 ARCH = "qwen3"
 
 
@@ -260,8 +262,8 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
     to k (after norm + RoPE) and v before attention, e.g. to emulate an f16 KV cache.
 
     q8_activations=True reproduces the CPU matmul numerics of ggml and dspark: before a
-    product with a Q8_0 weight, each activation row is rounded to Q8_0 (gguf-py's
-    quantizer, bit-exact with ggml's reference), and the product uses the rounded values;
+    product with a Q8_0 weight, each activation row is rounded to Q8_0 (ggml's x86
+    activation recipe, ggml_q8.py), and the product uses the rounded values;
     everything else stays float64."""
     hp = model.hp
     tokens = [int(t) for t in tokens]
@@ -288,8 +290,7 @@ def forward_model(model: Qwen3Gguf, tokens: Sequence[int], capture: Sequence[int
         if not q8_activations or model.tensors[name].tensor_type != GGMLQuantizationType.Q8_0:
             return a
         flat = np.ascontiguousarray(a.reshape(a.shape[0], -1), dtype=np.float32)
-        q = quantize(flat, GGMLQuantizationType.Q8_0)
-        return np.asarray(dequantize(q, GGMLQuantizationType.Q8_0), dtype=np.float32).reshape(a.shape).astype(dtype)
+        return round_q8_activations(flat).reshape(a.shape).astype(dtype)
 
     names = iter(())
 

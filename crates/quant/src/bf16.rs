@@ -14,7 +14,7 @@ pub struct Bf16;
 
 impl BlockFormat for Bf16 {
     const TYPE: GgmlType = GgmlType::BF16;
-    const ACTIVATION: Activation = Activation::F32;
+    const ACTIVATION: Activation = Activation::Bf16;
 
     fn quantize_ref(x: &[f32], out: &mut [u8]) {
         encode_bf16(x, out)

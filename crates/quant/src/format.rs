@@ -11,12 +11,18 @@ use dspark_gguf::GgmlType;
 
 use crate::gemm::{Columns, Matrix, RowKernel};
 
-/// What a weight row is multiplied with: f32 columns, or columns quantized once to Q8_0
-/// blocks (as ggml's CPU matmul does for Q8_0 weights).
+/// What a weight row is multiplied with: f32 columns, or columns converted once to the
+/// weights' own type, as ggml's CPU matmul does (its `vec_dot_type`: F16 weights dot F16
+/// activations, BF16 weights BF16 ones, Q8_0 weights Q8_0 blocks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// Plain f32 values.
     F32,
+    /// Values rounded to F16 (nearest, ties to even), kept as f32: every product with an
+    /// F16 weight is then exact in f32.
+    F16,
+    /// Values rounded to BF16 (nearest, ties to even), kept as f32.
+    Bf16,
     /// Q8_0 blocks ([`crate::q8_0::quantize_ref`]), split into f32 scales and i8 quants.
     Q8_0,
 }

@@ -14,7 +14,7 @@ pub struct Fp16;
 
 impl BlockFormat for Fp16 {
     const TYPE: GgmlType = GgmlType::F16;
-    const ACTIVATION: Activation = Activation::F32;
+    const ACTIVATION: Activation = Activation::F16;
 
     fn quantize_ref(x: &[f32], out: &mut [u8]) {
         encode_f16(x, out)

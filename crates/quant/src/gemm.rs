@@ -212,6 +212,8 @@ impl Packed {
 #[derive(Clone, Debug)]
 pub struct Columns<'x> {
     x: &'x [f32],
+    /// `x` rounded to the activation type (F16, BF16); empty for F32 and Q8_0.
+    rounded: Vec<f32>,
     len: usize,
     n: usize,
     d: Vec<f32>,
@@ -261,11 +263,9 @@ impl<'x> Columns<'x> {
             let blocks = x.len() / QK8_0;
             d.reserve_exact(blocks);
             qs.reserve_exact(blocks * QK8_0);
-            // This CPU's quantizer gives the reference's bytes (tested); 64 blocks at a time.
-            let quantize = crate::format_of(GgmlType::Q8_0)
-                .map_or(crate::q8_0::quantize_ref as fn(&[f32], &mut [u8]), |f| {
-                    f.quantize
-                });
+            // ggml's x86 activation recipe ([`crate::q8_0::quantize_activations`]); 64
+            // blocks at a time.
+            let quantize = crate::q8_0::quantize_activations;
             let mut bytes = [0u8; 64 * BLOCK_BYTES];
             for xs in x.chunks(64 * QK8_0) {
                 let out = &mut bytes[..xs.len() / QK8_0 * BLOCK_BYTES];
@@ -276,8 +276,17 @@ impl<'x> Columns<'x> {
                 }
             }
         }
+        let rounded = match activation {
+            Activation::F16 => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+            Activation::Bf16 => x
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_f32())
+                .collect(),
+            Activation::F32 | Activation::Q8_0 => Vec::new(),
+        };
         Columns {
             x,
+            rounded,
             len,
             n,
             d,
@@ -292,9 +301,14 @@ impl<'x> Columns<'x> {
         self.n
     }
 
-    /// Column `c` as f32.
-    pub fn f32(&self, c: usize) -> &'x [f32] {
-        &self.x[c * self.len..(c + 1) * self.len]
+    /// Column `c` as f32 (rounded to the activation type for F16 and BF16).
+    pub fn f32(&self, c: usize) -> &[f32] {
+        let all = if self.rounded.is_empty() {
+            self.x
+        } else {
+            &self.rounded
+        };
+        &all[c * self.len..(c + 1) * self.len]
     }
 
     /// Column `c` as Q8_0: per-block scales and the quants (empty unless prepared for Q8_0).
@@ -446,6 +460,37 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
                 }
             }
         });
+}
+
+/// [`gemm`] on the calling thread alone, for products too small to share (a head's, an
+/// expert's over a few tokens) run from a parallel loop: the same row kernel on every row
+/// and column, so the same bits as [`gemm`].
+///
+/// # Panics
+/// As [`gemm_with`].
+pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
+    let format = crate::kernels()
+        .format(w.ty)
+        .expect("Matrix::new admits only types in the table");
+    let x = Columns::new(format.activation, x, w.cols);
+    let n = x.count();
+    assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
+    if n == 1 {
+        (format.rows)(w, 0, &x, y);
+        return;
+    }
+    // The kernel writes rows × columns; scatter into the columns, a tile of rows at a time.
+    let per = PACK_ROWS.max(16);
+    let mut buf = vec![0.0f32; per * n];
+    for first in (0..w.rows).step_by(per) {
+        let k = per.min(w.rows - first);
+        (format.rows)(w, first, &x, &mut buf[..k * n]);
+        for c in 0..n {
+            for r in 0..k {
+                y[c * w.rows + first + r] = buf[r * n + c];
+            }
+        }
+    }
 }
 
 /// [`gemm_many_with`] using the fastest row kernel this CPU has.

@@ -92,6 +92,9 @@ pub struct Kernels {
     /// Weighted values at a stride summed in order ([`vector::axpys_ref`]), each step the
     /// same bits as [`Kernels::axpy_f32`].
     pub axpys_f32: fn(&mut [f32], &[f32], &[f32], usize),
+    /// Q8_0 activations by ggml's x86 recipe, the bytes of
+    /// [`q8_0::quantize_activations_ref`].
+    pub q8_activations: fn(&[f32], &mut [u8]),
 }
 
 impl Kernels {
@@ -105,6 +108,7 @@ impl Kernels {
             axpy_f32: vector::axpy_ref,
             dots_f32: vector::dots_ref,
             axpys_f32: vector::axpys_ref,
+            q8_activations: q8_0::quantize_activations_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -128,6 +132,10 @@ impl Kernels {
             k.dots_f32 = |q, keys, stride, out| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::dots_avx2(q, keys, stride, out) }
+            };
+            k.q8_activations = |x, out| {
+                // SAFETY: built only from a `Detected` with AVX2.
+                unsafe { q8_0::x86_64::quantize_activations_avx2(x, out) }
             };
             k.axpys_f32 = |y, w, values, stride| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.

@@ -53,6 +53,50 @@ pub fn quantize_block_ref(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Quantizes activations as ggml's x86 CPU matmul does before a product with Q8_0
+/// weights (`ggml-cpu/arch/x86/quants.c` `quantize_row_q8_0`, its AVX path): `d =
+/// amax / 127` stored as f16, but the values scaled by `id = 127 / amax` (not `1 / d`)
+/// and rounded to the nearest integer with ties to even (not away from zero). The two
+/// recipes differ for a value on a rounding boundary, rarely, by one quant; matching
+/// llama.cpp's choice keeps a model's tokens equal to llama.cpp's on this CPU family.
+/// Blocks with a non-finite value take the reference's bytes (a broken model either way).
+///
+/// # Panics
+/// If the lengths do not match.
+pub fn quantize_activations(x: &[f32], out: &mut [u8]) {
+    (crate::kernels().q8_activations)(x, out)
+}
+
+/// [`quantize_activations`]' scalar reference.
+///
+/// # Panics
+/// If the lengths do not match.
+pub fn quantize_activations_ref(x: &[f32], out: &mut [u8]) {
+    assert_eq!(x.len() % QK8_0, 0, "Q8_0 input must be whole blocks");
+    assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES, "Q8_0 output size");
+    for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
+        if !xb.iter().all(|v| v.is_finite()) {
+            quantize_block_ref(xb, ob);
+            continue;
+        }
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        for (o, &v) in ob[2..].iter_mut().zip(xb) {
+            // As `cvtps_epi32` then saturating packs: out-of-range and NaN products (only
+            // when `127 / amax` overflows) give the "integer indefinite", i32::MIN → −128.
+            let r = (v * id).round_ties_even();
+            let i = if r.is_nan() || !(-2_147_483_648.0..2_147_483_648.0).contains(&r) {
+                i32::MIN
+            } else {
+                r as i32
+            };
+            *o = i.clamp(-128, 127) as i8 as u8;
+        }
+    }
+}
+
 /// Quantizes `x` (length a multiple of 32) into `out` (34 bytes per 32 values).
 ///
 /// # Panics

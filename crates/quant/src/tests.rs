@@ -131,6 +131,47 @@ fn quantize_matches_reference_on_random_blocks() {
     }
 }
 
+/// ggml's x86 activation quantizer (`127 / amax`, ties to even, saturating packs): every
+/// kernel table's bytes equal the scalar reference's, on edge, tie and random blocks.
+#[test]
+fn activation_quantizer_matches_its_reference() {
+    let mut rng = Rng(11);
+    let mut inputs: Vec<Vec<f32>> = vec![edge_blocks().into_iter().flatten().collect()];
+    inputs.push((0..32 * 4096).map(|_| rng.normal() * 0.02).collect());
+    inputs.push((0..32 * 4096).map(|_| any_finite(&mut rng)).collect());
+    // Exact ties: amax 127 gives id = 1, so k + 0.5 rounds to the even neighbour.
+    let ties: Vec<f32> = (0..32 * 8)
+        .map(|i| {
+            if i % 32 == 0 {
+                127.0
+            } else {
+                (i % 32) as f32 - 16.5
+            }
+        })
+        .collect();
+    inputs.push(ties.clone());
+    for x in &inputs {
+        let mut reference = vec![0u8; x.len() / 32 * 34];
+        q8_0::quantize_activations_ref(x, &mut reference);
+        for k in fast_kernels() {
+            let mut fast = vec![0u8; reference.len()];
+            (k.q8_activations)(x, &mut fast);
+            assert_eq!(fast, reference, "{}", k.isa);
+        }
+    }
+    // Ties to even, not away from zero: 1.5 → 2, 2.5 → 2, −0.5 → 0 (the reference
+    // quantizer gives 3 for 2.5).
+    let mut out = vec![0u8; 34 * 8];
+    q8_0::quantize_activations_ref(&ties, &mut out);
+    let q = |j: usize| out[2 + j] as i8;
+    assert_eq!(
+        (q(16), q(17), q(18), q(19)),
+        (0, 0, 2, 2),
+        "{:?}",
+        &ties[16..20]
+    );
+}
+
 #[test]
 fn quantize_falls_back_on_non_finite_blocks() {
     let mut x: Vec<f32> = (0..32 * 6).map(|i| (i as f32).sin()).collect();
@@ -608,6 +649,38 @@ fn vector_kernels_are_within_tolerance_of_the_references() {
             for (i, (u, v)) in y1.iter().zip(&y2).enumerate() {
                 let tol = 2.0 * f32::EPSILON * (b[i].abs() + (s * a[i]).abs());
                 assert!((u - v).abs() <= tol, "{} n {n} i {i}: {u} vs {v}", k.isa);
+            }
+        }
+    }
+}
+
+/// `gemm_local` (one thread, for small products run from parallel loops) gives `gemm`'s
+/// bits for every format, packed or not, rows in and outside whole tiles, any columns.
+#[test]
+fn local_gemm_gives_the_same_bits_as_gemm() {
+    use crate::gemm::{gemm, gemm_local, Matrix, Packed};
+    let mut rng = Rng(23);
+    for (rows, cols) in [(16, 32), (35, 64), (97, 256)] {
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+            let f = crate::format_of(ty).unwrap();
+            let mut q = vec![0u8; f.row_bytes(cols) * rows];
+            (f.quantize_ref)(&v, &mut q);
+            let w = Matrix::new(ty, rows, cols, &q).unwrap();
+            let packed = Packed::of(&w).unwrap();
+            let wp = match &packed {
+                Some(p) => w.with_packed(p),
+                None => w,
+            };
+            let x: Vec<f32> = (0..17 * cols).map(|_| rng.normal()).collect();
+            for n in [1, 2, 5, 16, 17] {
+                for m in [&w, &wp] {
+                    let (mut a, mut b) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
+                    gemm(m, &x[..n * cols], &mut a);
+                    gemm_local(m, &x[..n * cols], &mut b);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{ty} rows {rows} cols {cols} n {n}");
+                }
             }
         }
     }

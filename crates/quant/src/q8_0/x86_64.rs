@@ -87,6 +87,68 @@ pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Quantizes activations with AVX2 by ggml's x86 recipe (`quantize_activations`): the
+/// values times `127 / amax`, rounded to nearest with ties to even, packed with
+/// saturation — the same bytes as the scalar `super::quantize_activations`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn quantize_activations_avx2(x: &[f32], out: &mut [u8]) {
+    assert_eq!(x.len() % QK8_0, 0);
+    assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES);
+    let sign = _mm256_set1_ps(-0.0);
+    let max_finite = _mm256_set1_ps(f32::MAX);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
+        // SAFETY: xb has exactly 32 f32s, so the four unaligned 8-lane loads are in bounds.
+        let v = unsafe {
+            [
+                _mm256_loadu_ps(xb.as_ptr()),
+                _mm256_loadu_ps(xb.as_ptr().add(8)),
+                _mm256_loadu_ps(xb.as_ptr().add(16)),
+                _mm256_loadu_ps(xb.as_ptr().add(24)),
+            ]
+        };
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        let fin = _mm256_and_ps(
+            _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[0], max_finite),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[1], max_finite),
+            ),
+            _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[2], max_finite),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(a[3], max_finite),
+            ),
+        );
+        if _mm256_movemask_ps(fin) != 0xFF {
+            quantize_block_ref(xb, ob);
+            continue;
+        }
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+        let amax = _mm_cvtss_f32(m1);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        let idv = _mm256_set1_ps(id);
+        let q = v.map(|v| {
+            let p = _mm256_mul_ps(v, idv);
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(p);
+            _mm256_cvtps_epi32(r)
+        });
+        let i16s = [
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        ];
+        let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
+        // SAFETY: ob[2..] is exactly 32 bytes, the width of one unaligned 256-bit store.
+        unsafe { _mm256_storeu_si256(ob[2..].as_mut_ptr().cast(), i8s) };
+    }
+}
+
 /// Dequantizes whole blocks with AVX2.
 ///
 /// # Safety
