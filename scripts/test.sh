@@ -11,5 +11,6 @@ export DSPARK_PYTHON="$PWD/.venv/bin/python"
 # The numpy reference checks itself first (causality, RoPE, weight orientation).
 "$DSPARK_PYTHON" tests/reference/selftest.py
 "$DSPARK_PYTHON" tests/reference/dspark_selftest.py
+"$DSPARK_PYTHON" tests/reference/kimi_k3_selftest.py
 cargo test --workspace --all-targets
 cargo test --workspace --doc

@@ -1,5 +1,6 @@
 //! Any bytes as a model file, through the runtime loaders: as a Qwen3 target (parse →
-//! contract → load → a two-token forward) and as a drafter (→ a block draft on a head-only
+//! contract → load → a two-token forward), as a Kimi K3 target (the same, then a rollback
+//! by each ReplaySSM option) and as a drafter (→ a block draft on a head-only
 //! stand-in of the shape it records). A checked model must run; anything else must be a
 //! typed error.
 #![no_main]
@@ -7,7 +8,7 @@
 use std::sync::Arc;
 
 use dspark_contract::TargetShape;
-use dspark_runtime::{Drafter, Logits, Qwen3, Target};
+use dspark_runtime::{Drafter, KimiK3, Logits, Qwen3, Rollback, Target};
 use dspark_testkit::head_only::HeadOnlyTarget;
 use libfuzzer_sys::fuzz_target;
 
@@ -17,6 +18,17 @@ fuzz_target!(|data: &[u8]| {
         let mut s = model.session(4.min(model.hparams().context)).expect("a few positions");
         let f = s.forward(&[0], &[0], Logits::Last).expect("a checked target runs");
         assert_eq!(f.logits.len(), model.shape().vocab);
+    }
+    if let Ok(model) = KimiK3::open(Arc::new(data.to_vec())) {
+        let model = Arc::new(model);
+        let mut s = model.session(4.min(model.hparams().context), 2).expect("a few positions");
+        for mode in [Rollback::Snapshots, Rollback::Replay] {
+            s.set_rollback(mode);
+            let f = s.forward(&[0, 0], &[0], Logits::All).expect("a checked target runs");
+            assert_eq!(f.logits.len(), 2 * model.shape().vocab);
+            s.rollback(s.committed() + 1).expect("a kept position");
+            s.rollback(s.committed()).expect("the commit");
+        }
     }
     let Ok(file) = dspark_gguf::GgufFile::parse(data) else { return };
     let Ok(d) = dspark_contract::dflash_draft::check(&file, &dspark_quant::matrix_types()) else {

@@ -29,6 +29,7 @@ use clap::Args;
 use dspark_contract::TargetShape;
 use dspark_gguf::GgufFile;
 use dspark_runtime::sampling::{judge, Sampler};
+use dspark_runtime::Rollback;
 use dspark_runtime::{Drafter, Logits, Target};
 use dspark_testkit::head_only::HeadOnlyTarget;
 use dspark_testkit::rng::SplitMix64;
@@ -202,19 +203,17 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
     let extra = verify.max(drafts + 1);
-    let positions = context.checked_add(extra).filter(|&p| {
-        target
-            .as_ref()
-            .is_none_or(|t| p <= t.model.hparams().context)
-    });
+    let positions = context
+        .checked_add(extra)
+        .filter(|&p| target.as_ref().is_none_or(|t| p <= t.model.context()));
     let Some(positions) = positions else {
-        let ctx = target.as_ref().map_or(0, |t| t.model.hparams().context);
+        let ctx = target.as_ref().map_or(0, |t| t.model.context());
         usage!("--context {context} and {extra} more positions exceed the target's context of {ctx} tokens");
     };
     let mut session = match (&target, &a.target) {
         (Some(t), Some(p)) => Some(
             t.model
-                .session(positions)
+                .session(positions, extra)
                 .map_err(|e| runtime_error(p, e))?,
         ),
         _ => None,
@@ -278,8 +277,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let mut features = Vec::new();
         if let (Some(s), Some(t), Some(p)) = (session.as_mut(), &target, &a.target) {
             let weights = t.model.weight_bytes();
-            let pre = s.forward(&prompt[..context], &capture, Logits::Last)?;
-            s.commit();
+            let pre = s.forward_commit(&prompt[..context], &capture, Logits::Last)?;
             features = pre.captured;
             let p0 = s.len();
             let mut step = |n: usize| -> Result<Vec<f64>> {
@@ -294,14 +292,54 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             let decode = summary(step(1)?);
             let verify_t = summary(step(verify)?);
             decode_ms = Some(median(&decode));
+            // A recurrent target: each rollback option's verify, its rollback to 1, half
+            // and all of the verified positions, and the state it holds.
+            let mut rollback = serde_json::Map::new();
+            if s.recurrent() {
+                let verify_toks = &prompt[context..context + verify];
+                for mode in [Rollback::Replay, Rollback::Snapshots] {
+                    s.set_rollback(mode);
+                    let v = summary(time_runs(runs, || {
+                        let t = Instant::now();
+                        s.forward(verify_toks, &capture, Logits::All)?;
+                        let dt = t.elapsed();
+                        s.rollback(p0)?;
+                        Ok(dt)
+                    })?);
+                    let mut kept = serde_json::Map::new();
+                    for keep in [1, verify.div_ceil(2), verify] {
+                        let r = summary(time_runs(runs, || {
+                            s.forward(verify_toks, &capture, Logits::All)?;
+                            let t = Instant::now();
+                            s.rollback(p0 + keep)?;
+                            let dt = t.elapsed();
+                            s.rollback(p0)?;
+                            Ok(dt)
+                        })?);
+                        kept.insert(keep.to_string(), r["median_ms"].clone());
+                    }
+                    s.forward(verify_toks, &capture, Logits::All)?;
+                    let bytes = s.state_bytes();
+                    s.rollback(p0)?;
+                    rollback.insert(
+                        mode.name().into(),
+                        json!({"verify": v, "rollback_ms_by_kept_positions": kept, "state_bytes": bytes}),
+                    );
+                }
+                s.set_rollback(Rollback::Replay);
+            }
             doc["target"] = json!({
                 "file": p.display().to_string(),
+                "architecture": t.model.arch(),
                 "tensor_bytes": weights,
                 "decode": decode,
                 "decode_tokens_per_second": 1e3 / median(&decode),
                 "decode_bound_ms": bound(weights),
                 "verify": {"tokens": verify, "median_ms": median(&verify_t), "min_ms": verify_t["min_ms"]},
             });
+            if !rollback.is_empty() {
+                doc["target"]["rollback"] = Value::Object(rollback);
+            }
         }
 
         if let (Some(d), Some(ds), Some(p)) = (&drafter, draft_session.as_mut(), &a.draft) {
@@ -317,7 +355,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             }
             ds.add_context(&features[..context * width])?;
             let target_ref: &dyn Target = match (&session, &stand_in) {
-                (Some(s), _) => s,
+                (Some(s), _) => &**s,
                 (None, Some(h)) => h,
                 _ => unreachable!("a drafter has a target or a stand-in"),
             };
@@ -489,6 +527,24 @@ fn print_table(d: &Value) -> Result<()> {
             &t["verify"],
             &Value::Null,
         )?;
+        if let Some(modes) = t["rollback"].as_object() {
+            for (mode, m) in modes {
+                row(
+                    format!("  verify, rollback {mode}"),
+                    &m["verify"],
+                    &Value::Null,
+                )?;
+                let kept: Vec<String> = m["rollback_ms_by_kept_positions"]
+                    .as_object()
+                    .map(|k| k.iter().map(|(n, v)| format!("{n}: {}", f(v))).collect())
+                    .unwrap_or_default();
+                crate::outln!(
+                    "    rollback ms by kept positions {}; state {} bytes",
+                    kept.join(", "),
+                    m["state_bytes"]
+                )?;
+            }
+        }
     }
     let k = &d["drafter"];
     if k.is_object() {

@@ -16,6 +16,7 @@ use dspark_convert::source::{Checkpoint, SourceLayout};
 use dspark_convert::write::write_gguf;
 use dspark_output::{check_distinct, check_output, parent_or_cwd, AtomicFile};
 use dspark_testkit::drafter::{write_synth, SynthGeometry};
+use dspark_testkit::kimi_k3::{write_k3_pair, K3Geometry};
 use dspark_testkit::target::{pair_drafter, write_pair, Qwen3Geometry};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -472,14 +473,40 @@ fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// `synth --geometry kimi-k3-*`: `DIR/target.gguf` (random Kimi K3), `DIR/tokenizer.json`
+/// and `DIR/draft/` (a DSpark drafter checkpoint capturing MLA layers).
+fn synth_k3_pair(a: &SynthArgs, g: &K3Geometry) -> Result<Outcome> {
+    write_k3_pair(g, &a.out, a.seed, &|_, _| !CANCEL.load(Ordering::SeqCst))?;
+    if !a.quiet {
+        crate::outln!(
+            "{}: target.gguf (kimi-k3, {} layers, MLA at {:?}, hidden {}, {} experts top-{}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
+            a.out.display(),
+            g.layers,
+            g.mla_layers,
+            g.hidden,
+            g.experts,
+            g.experts_used,
+            g.vocab,
+            g.captures,
+            g.drafter().parameters(),
+            a.seed
+        )?;
+    }
+    Ok(Outcome::Ok)
+}
+
 pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
+    if let Some(g) = K3Geometry::by_name(&a.geometry) {
+        let created = synth_outputs(&a, true)?;
+        return in_new_folder(created, || synth_k3_pair(&a, &g));
+    }
     if let Some(t) = Qwen3Geometry::by_name(&a.geometry) {
         let created = synth_outputs(&a, true)?;
         return in_new_folder(created, || synth_target_pair(&a, &t));
     }
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
         bail!(
-            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny, qwen3-small or qwen3-0.6b)",
+            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny, qwen3-small, qwen3-0.6b, kimi-k3-tiny or kimi-k3-small)",
             a.geometry
         );
     };

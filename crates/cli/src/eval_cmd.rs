@@ -143,11 +143,11 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
     if a.no_markov && !drafter.has_markov() {
         usage!("--no-markov: {} has no Markov head", a.draft.display());
     }
-    let hp = model.hparams();
+    let model_context = model.context();
     let context = drafter
         .hparams()
         .context
-        .map_or(hp.context, |c| c.min(hp.context));
+        .map_or(model_context, |c| c.min(model_context));
     let max_tokens = a.max_tokens as usize;
     let eos = if a.stop_at_eos {
         model.special_tokens().eos
@@ -189,17 +189,17 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
         };
         let positions = req.positions(drafts).min(context);
         let mut session = model
-            .session(positions)
+            .session(positions, drafts + 1)
             .map_err(|e| runtime_error(&a.target, e))?;
         let t = Instant::now();
-        let ar = crate::on_pool(|| autoregressive(&mut session, &req, &mut Plain))
+        let ar = crate::on_pool(|| autoregressive(&mut *session, &req, &mut Plain))
             .map_err(|e| runtime_error(&a.target, e))?;
         let ar_s = t.elapsed().as_secs_f64();
         if CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
             break;
         }
         let mut session = model
-            .session(positions)
+            .session(positions, drafts + 1)
             .map_err(|e| runtime_error(&a.target, e))?;
         let mut ds = drafter
             .session(positions)
@@ -210,7 +210,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             mine: Acceptance::default(),
         };
         let t = Instant::now();
-        let sp = crate::on_pool(|| speculative(&mut session, &mut ds, &req, &mut rounds))
+        let sp = crate::on_pool(|| speculative(&mut *session, &mut ds, &req, &mut rounds))
             .map_err(|e| runtime_error(&a.target, e))?;
         let sp_s = t.elapsed().as_secs_f64();
         if CANCEL.load(std::sync::atomic::Ordering::SeqCst) {

@@ -18,6 +18,7 @@ use dspark_runtime::generate::{
 };
 use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
+use dspark_runtime::Rollback;
 use serde_json::json;
 
 use crate::load::{load_drafter, load_target, runtime_error};
@@ -74,6 +75,13 @@ pub struct GenerateArgs {
     /// The most drafts a round verifies (default: the drafter's block).
     #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
     pub draft_max: Option<u64>,
+    /// How a recurrent target (Kimi K3's KDA layers) undoes rejected drafts: `snapshots`
+    /// keeps the state after every verified position (memory: one state per position of a
+    /// round), `replay` keeps one state and replays the recurrence of the accepted ones,
+    /// `auto` measures both and picks the cheaper per round. Output is the same either
+    /// way; attention-only targets ignore it.
+    #[arg(long, default_value = "auto", value_parser = parse_rollback)]
+    pub rollback: RollbackChoice,
     #[command(flatten)]
     pub sampling: crate::SamplingArgs,
     /// Worker threads (default: all cores).
@@ -89,6 +97,19 @@ pub struct GenerateArgs {
     /// tokenizer) and `stats` (see `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--rollback`: a fixed option, or `None` for the planner's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RollbackChoice(pub Option<Rollback>);
+
+pub(crate) fn parse_rollback(s: &str) -> Result<RollbackChoice, String> {
+    match s {
+        "auto" => Ok(RollbackChoice(None)),
+        "snapshots" => Ok(RollbackChoice(Some(Rollback::Snapshots))),
+        "replay" => Ok(RollbackChoice(Some(Rollback::Replay))),
+        _ => Err(format!("`{s}`: expected auto, snapshots or replay")),
+    }
 }
 
 fn parse_schedule(s: &str) -> Result<Schedule, String> {
@@ -261,7 +282,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     // 2. Models and tokenizer, each checked by its contract.
     let target = load_target(&a.target, a.tokenizer.as_deref())?;
     let model = &target.model;
-    let hp = model.hparams().clone();
+    let (model_context, model_vocab) = (model.context(), model.vocab());
     let text = match prompt_text(&a) {
         Ok(t) => t,
         Err(Some(e)) => return Err(e),
@@ -297,7 +318,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     if prompt.is_empty() {
         usage!("the prompt is empty: generation needs at least one token");
     }
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= hp.vocab) {
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= model_vocab) {
         let from = if text.is_some() {
             " (from the tokenizer)"
         } else {
@@ -306,14 +327,14 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         usage!(
             "prompt token {bad}{from} is outside the vocabulary of {} ({} tokens)",
             a.target.display(),
-            hp.vocab
+            model_vocab
         );
     }
-    if let Some(&bad) = a.stop.iter().find(|&&t| t as usize >= hp.vocab) {
+    if let Some(&bad) = a.stop.iter().find(|&&t| t as usize >= model_vocab) {
         usage!(
             "--stop token {bad} is outside the vocabulary of {} ({} tokens)",
             a.target.display(),
-            hp.vocab
+            model_vocab
         );
     }
     let drafter = match &a.draft {
@@ -328,8 +349,8 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     // 3. The request, within the context (the target's, and the drafter's when it records
     //    one): refused before any work, or clipped when asked.
     let (model_context, whose) = match drafter.as_ref().and_then(|d| d.hparams().context) {
-        Some(dc) if dc < hp.context => (dc, "drafter"),
-        _ => (hp.context, "target"),
+        Some(dc) if dc < model_context => (dc, "drafter"),
+        _ => (model_context, "target"),
     };
     let context = match a.context {
         Some(c) if c as usize > model_context => {
@@ -373,13 +394,14 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     }
     let plan = Plan {
         schedule: a.schedule,
+        rollback: a.rollback.0,
         draft_max: a
             .draft_max
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
     };
     let positions = req.positions(drafts).min(context);
     let mut session = model
-        .session(positions)
+        .session(positions, drafts + 1)
         .map_err(|e| runtime_error(&a.target, e))?;
     let mut draft_session = match (&drafter, &a.draft) {
         (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
@@ -402,8 +424,8 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         error: None,
     };
     let result = crate::on_pool(|| match draft_session.as_mut() {
-        None => autoregressive(&mut session, &req, &mut printer),
-        Some(d) => speculative_with(&mut session, d, &req, plan, &mut printer),
+        None => autoregressive(&mut *session, &req, &mut printer),
+        Some(d) => speculative_with(&mut *session, d, &req, plan, &mut printer),
     });
     if !a.json {
         printer.write(b"\n");
@@ -472,9 +494,10 @@ fn print_stats(s: &Stats) {
         );
     }
     crate::diag!(
-        "dspark: time: target {:.2} ms, drafter {:.2} ms, other {:.2} ms; stop: {}",
+        "dspark: time: target {:.2} ms, drafter {:.2} ms, replay {:.2} ms, other {:.2} ms; stop: {}",
         ms(s.seconds.target),
         ms(s.seconds.drafter),
+        ms(s.seconds.replay),
         ms(s.seconds.bookkeeping),
         serde_json::to_value(s.stop_reason)
             .ok()

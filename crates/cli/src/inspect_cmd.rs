@@ -238,10 +238,56 @@ fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static s
                 Err(e) => (json!({"kind": "target"}), list(&e.findings), kind),
             }
         }
+        FileKind::KimiK3 => {
+            let kind = dspark_contract::kimi_k3::KIND;
+            match dspark_contract::kimi_k3::check(file, &types) {
+                Ok(t) => {
+                    let h = t.hparams();
+                    let sp = t.special_tokens();
+                    let mla: Vec<usize> = (0..h.layers).filter(|&i| h.mla[i]).collect();
+                    (
+                        json!({
+                            "kind": "target",
+                            "architecture": dspark_contract::kimi_k3::ARCH,
+                            "embedding_length": h.hidden,
+                            "block_count": h.layers,
+                            "head_count": h.heads,
+                            "mla_layers": mla,
+                            "kda_head_dim": h.kda_head_dim,
+                            "conv_kernel": h.conv_kernel,
+                            "gate_lower_bound": h.gate_lower_bound,
+                            "q_lora_rank": h.q_lora_rank,
+                            "kv_lora_rank": h.kv_lora_rank,
+                            "rope_dim": h.rope_dim,
+                            "key_length_mla": h.key_length_mla,
+                            "value_length_mla": h.value_length_mla,
+                            "leading_dense_block_count": h.dense_layers,
+                            "feed_forward_length": h.ffn,
+                            "expert_count": h.experts,
+                            "expert_used_count": h.experts_used,
+                            "expert_shared_count": h.shared_experts,
+                            "expert_feed_forward_length": h.expert_ffn,
+                            "expert_latent_length": h.expert_latent,
+                            "expert_gating": format!("{:?}", h.gating).to_lowercase(),
+                            "attn_res_block_size": h.res_block,
+                            "vocab": h.vocab,
+                            "context_length": h.context,
+                            "rms_eps": h.eps,
+                            "tokenizer": t.vocab().map(|v| json!({"model": v.model, "pre": v.pre, "tokens": v.tokens.len(), "merges": v.merges.len()})),
+                            "bos_token_id": sp.bos,
+                            "eos_token_id": sp.eos,
+                        }),
+                        check_finite(file),
+                        kind,
+                    )
+                }
+                Err(e) => (json!({"kind": "target"}), list(&e.findings), kind),
+            }
+        }
         FileKind::Unknown(arch) => (
             json!({"kind": "unknown", "architecture": arch}),
             vec![format!(
-                "general.architecture is {}: not a kind dspark knows (dflash-draft and llama.cpp dflash drafters, qwen3 targets)",
+                "general.architecture is {}: not a kind dspark knows (dflash-draft and llama.cpp dflash drafters, qwen3 and kimi-k3 targets)",
                 arch.map_or("missing".to_string(), |a| format!("`{a}`"))
             )],
             "model file",

@@ -65,6 +65,10 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             "qwen3 target contract (the runtime's target loader)",
             &findings(dspark_contract::qwen3::check(&file, &types).map(|_| ())),
         )?,
+        FileKind::KimiK3 => say(
+            "kimi-k3 target contract (the runtime's target loader)",
+            &findings(dspark_contract::kimi_k3::check(&file, &types).map(|_| ())),
+        )?,
         FileKind::DflashDraft => say(
             "dflash-draft runtime contract (the runtime's drafter loader)",
             &findings(dspark_contract::dflash_draft::check(&file, &types).map(|_| ())),
@@ -74,13 +78,14 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             &findings(dspark_contract::llama_dflash::check(&file, &types).map(|_| ())),
         )?,
         FileKind::Unknown(arch) => say(
-            "a model file dspark knows (a dflash-draft or llama.cpp dflash drafter, or a qwen3 target)",
+            "a model file dspark knows (a dflash-draft or llama.cpp dflash drafter, or a qwen3 or kimi-k3 target)",
             &[format!(
-                "key `general.architecture`: is {}, expected one of {:?}, `{}` or `{}`",
+                "key `general.architecture`: is {}, expected one of {:?}, `{}`, `{}` or `{}`",
                 arch.map_or("missing".to_string(), |a| format!("`{a}`")),
                 dspark_contract::dflash_draft::ACCEPTED_ARCHS,
                 dspark_contract::llama_dflash::ARCH,
-                dspark_contract::qwen3::ARCH
+                dspark_contract::qwen3::ARCH,
+                dspark_contract::kimi_k3::ARCH
             )],
         )?,
     };

@@ -35,3 +35,16 @@ pub const CAPTURED_LAYERS: RangeInclusive<u64> = 1..=64;
 pub const MAX_RMS_EPS: f32 = 1.0;
 /// YaRN scaling factor: finite, in [1, 1024] (Kimi K3's drafter uses 16).
 pub const YARN_FACTOR: RangeInclusive<f32> = 1.0..=1024.0;
+
+/// Kimi K3 layers: 1..=512 (llama.cpp's `LLAMA_MAX_LAYERS`; K3 has 93).
+pub const K3_BLOCK_COUNT: RangeInclusive<u64> = 1..=512;
+/// A Kimi K3 width that sizes tensors (KDA head, MLA latent and head parts): 1..=65,536
+/// (K3's largest is the 1,536-wide query LoRA).
+pub const K3_DIM: RangeInclusive<u64> = 1..=65_536;
+/// The MLA query LoRA rank: 0 (none) or a width as [`K3_DIM`].
+pub const K3_RANK_OR_ZERO: RangeInclusive<u64> = 0..=65_536;
+/// KDA conv taps: 1..=256 (K3 uses 4; the conv window holds K − 1 inputs).
+pub const K3_CONV_KERNEL: RangeInclusive<u64> = 1..=256;
+/// Experts (routed, shared, groups): 0..=1,024 (llama.cpp's `LLAMA_MAX_EXPERTS`; K3 has
+/// 896).
+pub const K3_EXPERTS: RangeInclusive<u64> = 0..=1024;

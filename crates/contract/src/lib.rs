@@ -9,6 +9,7 @@
 //! - [`llama_dflash::check`]: llama.cpp's `dflash` drafter → the same [`DraftFile`].
 //! - [`drafter`]: either drafter layout, chosen by `general.architecture`.
 //! - [`qwen3::check`]: llama.cpp's `qwen3` target → a [`Qwen3File`].
+//! - [`kimi_k3::check`]: llama.cpp's `kimi-k3` target → a [`KimiK3File`].
 //! - [`fit::check`]: a drafter against its target's [`TargetShape`].
 //! - [`identify`]: which kind a file says it is.
 //! - [`names`]: every key and tensor name; [`bounds`]: every limit, with its reason.
@@ -41,6 +42,7 @@ mod check;
 pub mod dflash_draft;
 mod finding;
 pub mod fit;
+pub mod kimi_k3;
 mod layer;
 pub mod llama_dflash;
 pub mod names;
@@ -51,6 +53,7 @@ pub use check::TensorRef;
 pub use dflash_draft::DraftFile;
 pub use finding::{ContractError, Finding, Subject};
 pub use fit::TargetShape;
+pub use kimi_k3::KimiK3File;
 pub use layer::LayerRefs;
 pub use qwen3::Qwen3File;
 pub use vocab::{
@@ -69,6 +72,8 @@ pub enum FileKind {
     LlamaDflash,
     /// A llama.cpp `qwen3` target.
     Qwen3,
+    /// A llama.cpp `kimi-k3` target.
+    KimiK3,
     /// Another architecture (its name), or none (`None`).
     Unknown(Option<String>),
 }
@@ -92,6 +97,7 @@ pub fn identify(file: &GgufFile<'_>) -> FileKind {
             FileKind::DflashDraft
         }
         Some(Value::String(a)) if a == qwen3::ARCH => FileKind::Qwen3,
+        Some(Value::String(a)) if a == kimi_k3::ARCH => FileKind::KimiK3,
         Some(Value::String(a)) if a == llama_dflash::ARCH => FileKind::LlamaDflash,
         Some(Value::String(a)) => FileKind::Unknown(Some(a.clone())),
         _ => FileKind::Unknown(None),

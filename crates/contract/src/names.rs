@@ -109,6 +109,161 @@ pub mod llama_dflash {
     pub const D2T: &str = "d2t";
 }
 
+/// llama.cpp's `kimi-k3` target (`llama-cpp/kimi-k3-layout.md` §1–§2): key suffixes
+/// after `kimi-k3.` beyond [`keys`], and tensor names (per layer: the suffix after
+/// `blk.{i}.`).
+pub mod kimi_k3 {
+    /// KDA head size D.
+    pub const KDA_HEAD_DIM: &str = "kda.head_dim";
+    /// KDA decay-gate lower bound (its presence selects K3's gate formula).
+    pub const KDA_GATE_LOWER_BOUND: &str = "kda.gate_lower_bound";
+    /// Taps of KDA's short convolutions.
+    pub const SSM_CONV_KERNEL: &str = "ssm.conv_kernel";
+    /// MLA query LoRA rank (0 or absent: a plain query projection).
+    pub const Q_LORA_RANK: &str = "attention.q_lora_rank";
+    /// MLA latent width.
+    pub const KV_LORA_RANK: &str = "attention.kv_lora_rank";
+    /// MLA query/key head size before absorption (nope + rope).
+    pub const KEY_LENGTH_MLA: &str = "attention.key_length_mla";
+    /// MLA value head size.
+    pub const VALUE_LENGTH_MLA: &str = "attention.value_length_mla";
+    /// Layers below it have a dense FFN.
+    pub const LEADING_DENSE_BLOCK_COUNT: &str = "leading_dense_block_count";
+    /// Routed experts.
+    pub const EXPERT_COUNT: &str = "expert_count";
+    /// Experts per token.
+    pub const EXPERT_USED_COUNT: &str = "expert_used_count";
+    /// Expert groups (group-limited routing when above 1).
+    pub const EXPERT_GROUP_COUNT: &str = "expert_group_count";
+    /// Groups a token's experts come from.
+    pub const EXPERT_GROUP_USED_COUNT: &str = "expert_group_used_count";
+    /// A routed expert's width.
+    pub const EXPERT_FEED_FORWARD_LENGTH: &str = "expert_feed_forward_length";
+    /// Shared experts (their FFN is this many routed widths wide).
+    pub const EXPERT_SHARED_COUNT: &str = "expert_shared_count";
+    /// Scale of the routed weights (0 or 1: none).
+    pub const EXPERT_WEIGHTS_SCALE: &str = "expert_weights_scale";
+    /// Renormalise the selected experts' weights.
+    pub const EXPERT_WEIGHTS_NORM: &str = "expert_weights_norm";
+    /// Router activation (1 softmax, 2 sigmoid, 3 softmax over the selected, 4 sqrt-softplus).
+    pub const EXPERT_GATING_FUNC: &str = "expert_gating_func";
+    /// Latent width of the routed experts (0: the hidden size).
+    pub const EXPERT_LATENT_LENGTH: &str = "expert_latent_length";
+    /// Cross-layer residual block size (0: off).
+    pub const ATTN_RES_BLOCK_SIZE: &str = "attn_res.block_size";
+    /// SiTU β.
+    pub const SITU_BETA: &str = "activation.situ_beta";
+    /// SiTU β of the up branch.
+    pub const SITU_LINEAR_BETA: &str = "activation.situ_linear_beta";
+
+    /// The output mix's score vector.
+    pub const OUTPUT_RES_SCORE: &str = "output_res_score.weight";
+    /// Attention input norm.
+    pub const ATTN_NORM: &str = "attn_norm.weight";
+    /// FFN input norm.
+    pub const FFN_NORM: &str = "ffn_norm.weight";
+    /// Attention-input residual mix scores.
+    pub const ATTN_RES_SCORE: &str = "attn_res_score.weight";
+    /// FFN-input residual mix scores.
+    pub const FFN_RES_SCORE: &str = "ffn_res_score.weight";
+    /// KDA query projection; an MLA layer's plain query projection.
+    pub const ATTN_Q: &str = "attn_q.weight";
+    /// KDA key projection.
+    pub const ATTN_K: &str = "attn_k.weight";
+    /// KDA value projection.
+    pub const ATTN_V: &str = "attn_v.weight";
+    /// Output projection (KDA and MLA).
+    pub const ATTN_OUTPUT: &str = "attn_output.weight";
+    /// KDA query conv kernel.
+    pub const SSM_CONV1D_Q: &str = "ssm_conv1d_q.weight";
+    /// KDA key conv kernel.
+    pub const SSM_CONV1D_K: &str = "ssm_conv1d_k.weight";
+    /// KDA value conv kernel.
+    pub const SSM_CONV1D_V: &str = "ssm_conv1d_v.weight";
+    /// KDA decay gate, first (rank-D) projection.
+    pub const SSM_F_A: &str = "ssm_f_a.weight";
+    /// KDA decay gate, second projection.
+    pub const SSM_F_B: &str = "ssm_f_b.weight";
+    /// KDA β projection.
+    pub const SSM_BETA: &str = "ssm_beta.weight";
+    /// KDA −exp(A_log) per head.
+    pub const SSM_A: &str = "ssm_a";
+    /// KDA decay-gate bias.
+    pub const SSM_DT_BIAS: &str = "ssm_dt.bias";
+    /// KDA full-rank output gate.
+    pub const SSM_G: &str = "ssm_g.weight";
+    /// KDA per-head output RMSNorm.
+    pub const SSM_NORM: &str = "ssm_norm.weight";
+    /// MLA LoRA query: down projection.
+    pub const ATTN_Q_A: &str = "attn_q_a.weight";
+    /// MLA LoRA query: its RMSNorm (its presence selects the LoRA query).
+    pub const ATTN_Q_A_NORM: &str = "attn_q_a_norm.weight";
+    /// MLA LoRA query: up projection.
+    pub const ATTN_Q_B: &str = "attn_q_b.weight";
+    /// MLA latent + rope-part projection.
+    pub const ATTN_KV_A_MQA: &str = "attn_kv_a_mqa.weight";
+    /// MLA latent RMSNorm.
+    pub const ATTN_KV_A_NORM: &str = "attn_kv_a_norm.weight";
+    /// MLA absorbed key up-projection.
+    pub const ATTN_K_B: &str = "attn_k_b.weight";
+    /// MLA absorbed value up-projection.
+    pub const ATTN_V_B: &str = "attn_v_b.weight";
+    /// MLA sigmoid output gate.
+    pub const ATTN_GATE: &str = "attn_gate.weight";
+    /// Dense FFN gate.
+    pub const FFN_GATE: &str = "ffn_gate.weight";
+    /// Dense FFN up.
+    pub const FFN_UP: &str = "ffn_up.weight";
+    /// Dense FFN down.
+    pub const FFN_DOWN: &str = "ffn_down.weight";
+    /// MoE router.
+    pub const FFN_GATE_INP: &str = "ffn_gate_inp.weight";
+    /// MoE selection bias.
+    pub const FFN_EXP_PROBS_B: &str = "exp_probs_b.bias";
+    /// Routed experts' gate projections.
+    pub const FFN_GATE_EXPS: &str = "ffn_gate_exps.weight";
+    /// Routed experts' up projections.
+    pub const FFN_UP_EXPS: &str = "ffn_up_exps.weight";
+    /// Routed experts' down projections.
+    pub const FFN_DOWN_EXPS: &str = "ffn_down_exps.weight";
+    /// Hidden → latent projection of the routed experts' input.
+    pub const FFN_ROUTED_DOWN: &str = "ffn_routed_down.weight";
+    /// Latent → hidden projection of their output.
+    pub const FFN_ROUTED_UP: &str = "ffn_routed_up.weight";
+    /// RMSNorm of the routed output in the latent.
+    pub const FFN_ROUTED_NORM: &str = "ffn_routed_norm.weight";
+    /// Shared experts' gate.
+    pub const FFN_GATE_SHEXP: &str = "ffn_gate_shexp.weight";
+    /// Shared experts' up.
+    pub const FFN_UP_SHEXP: &str = "ffn_up_shexp.weight";
+    /// Shared experts' down.
+    pub const FFN_DOWN_SHEXP: &str = "ffn_down_shexp.weight";
+
+    /// Tensors llama.cpp's loader accepts but its kimi-k3 graph cannot run, with why.
+    pub const UNRUN: [(&str, &str); 5] = [
+        (
+            "attn_kv_b.weight",
+            "the non-absorbed MLA form: llama.cpp's kimi-k3 graph runs only attn_k_b / attn_v_b",
+        ),
+        (
+            "attn_qkv.weight",
+            "a fused KDA projection: llama.cpp's kimi-k3 graph reads attn_q / attn_k / attn_v",
+        ),
+        (
+            "attn_q.bias",
+            "llama.cpp loads KDA projection biases but never applies them",
+        ),
+        (
+            "attn_k.bias",
+            "llama.cpp loads KDA projection biases but never applies them",
+        ),
+        (
+            "attn_v.bias",
+            "llama.cpp loads KDA projection biases but never applies them",
+        ),
+    ];
+}
+
 /// `<arch>.<suffix>`.
 pub fn key(arch: &str, suffix: &str) -> String {
     format!("{arch}.{suffix}")

@@ -194,6 +194,8 @@ mod tests {
             committed: vec![0; accepted + 1],
             q: Vec::new(),
             p: Vec::new(),
+            rollback: None,
+            rollback_seconds: None,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::error::{Result, RuntimeError};
 use crate::models::dspark::DraftSession;
 use crate::sampling::{judge, Sampler, Sampling, Stream, Verdict};
 use crate::schedule::{Planner, Schedule};
-use crate::target::{Logits, Target};
+use crate::target::{Logits, Rollback, Target};
 
 /// Positions per prefill forward: as many columns as the widest kernel pass takes, so
 /// chunking costs no extra pass over the weights, and short enough that an interrupt is
@@ -169,6 +169,13 @@ pub struct Round {
     /// [`Observer::wants_probabilities`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub p: Vec<f64>,
+    /// A recurrent target's rollback option this round (`snapshots`, `replay`); absent
+    /// for attention-only targets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<&'static str>,
+    /// The seconds that round's rollback and commit took (recurrent targets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_seconds: Option<f64>,
 }
 
 /// A step of a speculative run that did not draft (the schedule's gate), as `--trace`
@@ -198,6 +205,9 @@ pub struct Seconds {
     pub target: f64,
     /// In the drafter (context and drafting).
     pub drafter: f64,
+    /// Rolling a recurrent target back (ReplaySSM: restoring and replaying KDA state;
+    /// 0 for attention-only targets, whose rollback moves a length).
+    pub replay: f64,
     /// The rest (acceptance, bookkeeping, the observer).
     pub bookkeeping: f64,
 }
@@ -242,7 +252,7 @@ impl Stats {
         s.total = total;
         s.prompt = prompt;
         s.eval = (total - prompt).max(0.0);
-        s.bookkeeping = (total - s.target - s.drafter).max(0.0);
+        s.bookkeeping = (total - s.target - s.drafter - s.replay).max(0.0);
         let committed: usize = self
             .acceptance_histogram
             .iter()
@@ -433,7 +443,8 @@ fn prefill(
             return Ok(None);
         }
         let t = Instant::now();
-        let f = target.forward(chunk, capture, Logits::Last)?;
+        // Prefill is never undone: a recurrent target keeps nothing to undo it.
+        let f = target.forward_commit(chunk, capture, Logits::Last)?;
         let seconds = t.elapsed().as_secs_f64();
         stats.seconds.target += seconds;
         with_features(&f.captured, chunk.len(), seconds, stats)?;
@@ -475,9 +486,8 @@ pub fn autoregressive(
         let last = *out.tokens.last().expect("a token was generated");
         let t = Instant::now();
         let position = target.len();
-        let f = target.forward(&[last], &[], Logits::Last)?;
+        let f = target.forward_commit(&[last], &[], Logits::Last)?;
         stats.seconds.target += t.elapsed().as_secs_f64();
-        target.commit();
         obs.tokens(out.push(&[chooser.token(&f.logits, position)?]));
     }
     Ok(out.finish(stats, started, prompt_done))
@@ -549,6 +559,9 @@ pub struct Plan {
     pub schedule: Schedule,
     /// The most drafts a round verifies (`None`: every draft of a block).
     pub draft_max: Option<usize>,
+    /// How a recurrent target undoes rejected drafts (`None`: the planner prices both
+    /// per round, [`Planner::rollback`]); attention-only targets ignore it.
+    pub rollback: Option<Rollback>,
 }
 
 impl Plan {
@@ -556,6 +569,7 @@ impl Plan {
     pub const FIXED: Plan = Plan {
         schedule: Schedule::Fixed,
         draft_max: None,
+        rollback: None,
     };
 }
 
@@ -636,6 +650,8 @@ pub fn speculative_with(
     let mut chooser = Chooser::new(req.sampling)?;
     let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     let vocab = target.shape().vocab;
+    let recurrent = target.recurrent();
+    planner.set_recurrent(recurrent);
     let every_p = obs.wants_probabilities();
     // Features of plain steps the drafter has not taken yet: they go to it in one batch
     // before it next drafts (a useless drafter then costs few context updates, each
@@ -647,10 +663,9 @@ pub fn speculative_with(
         if !planner.draft_now() {
             // A plain step: the anchor alone, its features kept for the drafter.
             let t = Instant::now();
-            let f = target.forward(&[anchor], &capture, Logits::Last)?;
+            let f = target.forward_commit(&[anchor], &capture, Logits::Last)?;
             let forward_s = t.elapsed().as_secs_f64();
             stats.seconds.target += forward_s;
-            target.commit();
             pending.extend_from_slice(&f.captured[..width]);
             if pending.len() * 4 >= PENDING_BYTES {
                 feed(drafter, &mut pending, &mut stats)?;
@@ -696,6 +711,8 @@ pub fn speculative_with(
         let mut verify = Vec::with_capacity(n + 1);
         verify.push(anchor);
         verify.extend(&draft.tokens[..n]);
+        let mode = plan.rollback.unwrap_or_else(|| planner.rollback(n));
+        target.set_rollback(mode);
         let t = Instant::now();
         let f = target.forward(&verify, &capture, Logits::All)?;
         let verify_s = t.elapsed().as_secs_f64();
@@ -725,8 +742,14 @@ pub fn speculative_with(
             )?,
         };
         // Commit the anchor and m drafts; their features go to the drafter.
+        let t = Instant::now();
         target.rollback(committed + m + 1)?;
         target.commit();
+        let commit_s = t.elapsed().as_secs_f64();
+        stats.seconds.replay += commit_s;
+        if recurrent {
+            planner.record_rollback(mode, n, m, verify_s, commit_s);
+        }
         let t = Instant::now();
         drafter.add_context(&f.captured[..(m + 1) * width])?;
         drafter_s += t.elapsed().as_secs_f64();
@@ -755,6 +778,8 @@ pub fn speculative_with(
             committed: kept,
             q,
             p,
+            rollback: recurrent.then_some(mode.name()),
+            rollback_seconds: recurrent.then_some(commit_s),
         });
     }
     Ok(out.finish(stats, started, prompt_done))

@@ -43,6 +43,8 @@
 
 use serde::Serialize;
 
+use crate::target::Rollback;
+
 /// How the number of drafts to verify is chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Schedule {
@@ -126,6 +128,25 @@ pub struct Planner {
     failures: u32,
     /// Seconds the last round took (drafter and verify) and the tokens it committed.
     last_cost: (f64, usize),
+    /// What undoing rejected drafts costs a recurrent target.
+    rollback: RollbackCosts,
+}
+
+/// The measured cost of each way a recurrent target undoes rejected drafts (runtime-math
+/// §5.8 `T_commit`): per verify width, the verify forward's seconds under each (option A
+/// writes every position's state to its own buffer), and the seconds per position a
+/// replay (option C) takes.
+#[derive(Clone, Debug, Default)]
+struct RollbackCosts {
+    /// Whether the target is recurrent (else nothing is priced).
+    recurrent: bool,
+    /// `snapshots[l]`, `replay[l]`: verify seconds of a round of `l` drafts under A, C.
+    snapshots: Vec<Option<f64>>,
+    replay: Vec<Option<f64>>,
+    /// Seconds per replayed position (restore and recurrence steps, every KDA layer).
+    per_step: Option<f64>,
+    /// Seconds of a commit under A (picking a buffer).
+    commit_snapshots: Option<f64>,
 }
 
 /// What the plan was for a step, as the trace records it.
@@ -156,6 +177,95 @@ impl Planner {
             probe_after: PROBE,
             failures: 0,
             last_cost: (0.0, 0),
+            rollback: RollbackCosts {
+                snapshots: vec![None; max + 1],
+                replay: vec![None; max + 1],
+                ..RollbackCosts::default()
+            },
+        }
+    }
+
+    /// Prices rollbacks: the target is recurrent (ReplaySSM), so a rejected draft costs
+    /// more than moving a length.
+    pub fn set_recurrent(&mut self, recurrent: bool) {
+        self.rollback.recurrent = recurrent;
+    }
+
+    /// Positions a replay re-runs on average after verifying `l` drafts: `m + 1` when
+    /// `m < l` drafts are accepted (all accepted: nothing to undo), by the observed
+    /// survivals.
+    fn replayed(&self, l: usize) -> f64 {
+        let a = self.survivals(&[]);
+        let at = |j: usize| if j == 0 { 1.0 } else { a[j - 1] };
+        (0..l.min(a.len()))
+            .map(|m| (at(m) - at(m + 1)) * (m + 1) as f64)
+            .sum()
+    }
+
+    /// Expected seconds each rollback option adds to a round of `l` drafts, where both
+    /// are known: `(snapshots, replay)`. A's cost is its verify's excess over C's, C's its
+    /// expected replay.
+    fn rollback_costs(&self, l: usize) -> Option<(f64, f64)> {
+        let r = &self.rollback;
+        let l = l.min(self.max);
+        let (a, c) = (r.snapshots[l]?, r.replay[l]?);
+        let replay = r.per_step.unwrap_or(0.0) * self.replayed(l);
+        Some(((a - c).max(0.0) + r.commit_snapshots.unwrap_or(0.0), replay))
+    }
+
+    /// How a recurrent target should prepare a verify of `l` drafts to be undone: each
+    /// option is tried once per width first (replay, then snapshots), then the one with the
+    /// lower expected cost ([`Planner::record_rollback`] measures them). Any choice is
+    /// exact; only the time differs.
+    pub fn rollback(&self, l: usize) -> Rollback {
+        let r = &self.rollback;
+        let l = l.min(self.max);
+        if !r.recurrent || r.replay[l].is_none() || l == 0 {
+            return Rollback::Replay;
+        }
+        match self.rollback_costs(l) {
+            None => Rollback::Snapshots,
+            Some((a, c)) if a < c => Rollback::Snapshots,
+            Some(_) => Rollback::Replay,
+        }
+    }
+
+    /// Seconds a round of `l` drafts adds by undoing rejected drafts (0 for attention-only
+    /// targets): the cheaper option's, or a replay's before snapshots are measured.
+    fn commit_cost(&self, l: usize) -> f64 {
+        if !self.rollback.recurrent {
+            return 0.0;
+        }
+        match self.rollback_costs(l) {
+            Some((a, c)) => a.min(c),
+            None => self.rollback.per_step.unwrap_or(0.0) * self.replayed(l.min(self.max)),
+        }
+    }
+
+    /// Records a round of a recurrent target: `verified` drafts verified under `mode` in
+    /// `verify_s` seconds, `accepted` of them kept, the rollback and commit taking
+    /// `commit_s`.
+    pub fn record_rollback(
+        &mut self,
+        mode: Rollback,
+        verified: usize,
+        accepted: usize,
+        verify_s: f64,
+        commit_s: f64,
+    ) {
+        let l = verified.min(self.max);
+        let r = &mut self.rollback;
+        match mode {
+            Rollback::Snapshots => {
+                r.snapshots[l] = average(r.snapshots[l], verify_s);
+                r.commit_snapshots = average(r.commit_snapshots, commit_s);
+            }
+            Rollback::Replay => {
+                r.replay[l] = average(r.replay[l], verify_s);
+                if accepted < verified {
+                    r.per_step = average(r.per_step, commit_s / (accepted + 1) as f64);
+                }
+            }
         }
     }
 
@@ -387,7 +497,7 @@ impl Planner {
     /// Predicted committed tokens per second verifying `l` drafts with survivals `a`
     /// (0 before any cost is measured).
     fn rate(&self, a: &[f64], l: usize) -> f64 {
-        let cost = self.draft.unwrap_or(0.0) + self.verify_cost(l + 1);
+        let cost = self.draft.unwrap_or(0.0) + self.verify_cost(l + 1) + self.commit_cost(l);
         if cost > 0.0 {
             expected(a, l) / cost
         } else {

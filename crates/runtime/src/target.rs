@@ -15,6 +15,28 @@ pub use dspark_contract::TargetShape;
 
 use crate::error::Result;
 
+/// How a recurrent target returns to an earlier position (ReplaySSM,
+/// `runtime-math.md` §6.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rollback {
+    /// A: keep the state after each position of a forward (one state per position of
+    /// the rollback window); a rollback picks one.
+    Snapshots,
+    /// C: keep one state and the recurrence's inputs per position; a rollback replays
+    /// the recurrence alone over the kept prefix.
+    Replay,
+}
+
+impl Rollback {
+    /// Its name in flags and statistics (`snapshots`, `replay`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rollback::Snapshots => "snapshots",
+            Rollback::Replay => "replay",
+        }
+    }
+}
+
 /// Which rows of logits a forward returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
@@ -62,6 +84,33 @@ pub trait Target {
     /// Returns to `to` positions, `committed() <= to <= len()`; anything else is an error
     /// that changes nothing.
     fn rollback(&mut self, to: usize) -> Result<()>;
+    /// [`Target::forward`] then [`Target::commit`]: the positions will not be undone, so
+    /// a recurrent session keeps nothing to undo them (prefill, plain steps).
+    fn forward_commit(
+        &mut self,
+        tokens: &[u32],
+        capture: &[usize],
+        logits: Logits,
+    ) -> Result<Forward> {
+        let f = self.forward(tokens, capture, logits)?;
+        self.commit();
+        Ok(f)
+    }
+    /// Whether rolling back costs more than moving a length (recurrent layers).
+    fn recurrent(&self) -> bool {
+        false
+    }
+    /// How the next forwards prepare to be undone (recurrent sessions; others ignore it).
+    fn set_rollback(&mut self, _mode: Rollback) {}
+    /// Bytes the session's state holds now (caches, recurrent state, undo data), where it
+    /// reports them (0 otherwise).
+    fn state_bytes(&self) -> u64 {
+        0
+    }
+    /// Seconds rollbacks spent replaying recurrent state since the last call.
+    fn take_replay_seconds(&mut self) -> f64 {
+        0.0
+    }
     /// Token embeddings, `tokens.len() × hidden`.
     fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()>;
     /// The LM head applied to already-normed hidden states (`n × hidden` → `n × vocab`).

@@ -337,14 +337,17 @@ fn speculative_sampling_has_the_targets_law_per_position_and_jointly() {
         Plan {
             schedule: Schedule::Fixed,
             draft_max: Some(1),
+            rollback: None,
         },
         Plan {
             schedule: Schedule::Fixed,
             draft_max: Some(2),
+            rollback: None,
         },
         Plan {
             schedule: Schedule::Adaptive,
             draft_max: None,
+            rollback: None,
         },
     ];
     let n = 3000;
@@ -512,6 +515,84 @@ fn the_trained_pair_samples_the_targets_law() {
     }
     // A near drafter: drafts are accepted, not only resampled.
     assert!(accepted > 500, "{accepted} drafts accepted");
+}
+
+/// Kimi K3 (KDA state undone by snapshots or by replay at every rejection): speculative
+/// sampling keeps the target's law per position and jointly.
+#[test]
+fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
+    use dspark_runtime::Rollback;
+    use dspark_testkit::kimi_k3::{write_k3_pair, K3Geometry};
+    let dir = tempfile::tempdir().unwrap();
+    write_k3_pair(&K3Geometry::tiny(), dir.path(), 3, &|_, _| true).unwrap();
+    let target = run::kimi_k3(std::fs::read(dir.path().join("target.gguf")).unwrap());
+    let drafter = run::drafter_for(run::convert(&dir.path().join("draft")), &target.shape());
+    let prompt: Vec<u32> = vec![40, 287, 11, 124, 12, 33];
+    let k = 4;
+    let drafts = drafter.drafts_per_block();
+    let mut rounds = 0;
+    for (s, rollback) in [
+        (
+            Sampling {
+                temp: 1.0,
+                top_k: 3,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: 0,
+            },
+            Rollback::Replay,
+        ),
+        (
+            Sampling {
+                temp: 1.5,
+                top_k: 4,
+                top_p: 0.9,
+                min_p: 0.0,
+                seed: 0,
+            },
+            Rollback::Snapshots,
+        ),
+    ] {
+        let law = exact_law(&prompt, k, s, |history| {
+            let mut session = target.session(history.len(), 1).unwrap();
+            session
+                .forward_commit(history, &[], Logits::Last)
+                .unwrap()
+                .logits
+        });
+        let n = 1500;
+        let mut counter = CountRounds(0);
+        let plan = Plan {
+            rollback: Some(rollback),
+            ..Plan::FIXED
+        };
+        let outputs: Vec<Vec<u32>> = (0..n as u64)
+            .map(|seed| {
+                let req = Request {
+                    context: 64,
+                    ..request(&prompt, k, Sampling { seed, ..s })
+                };
+                let positions = req.positions(drafts);
+                let mut t = target.session(positions, drafts + 1).unwrap();
+                let mut d = drafter.session(positions).unwrap();
+                speculative_with(&mut t, &mut d, &req, plan, &mut counter)
+                    .unwrap()
+                    .tokens
+            })
+            .collect();
+        rounds += counter.0;
+        let (t, count) = tally(k, outputs.into_iter());
+        assert_matches(&format!("kimi-k3, {rollback:?}, {s:?}"), &t, count, &law, k);
+    }
+    assert!(rounds > 1500, "{rounds} rounds");
+}
+
+struct CountRounds(usize);
+
+impl Observer for CountRounds {
+    fn round(&mut self, _: &Round) {
+        self.0 += 1;
+    }
 }
 
 struct CountAccepted(usize);

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 pub mod craft;
 pub mod drafter;
 pub mod head_only;
+pub mod kimi_k3;
 pub mod mutate;
 pub mod rng;
 pub mod run;

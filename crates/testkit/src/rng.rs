@@ -19,6 +19,11 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// Uniform in [0, 1) (24 random bits).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
     /// Roughly N(0, 1): the sum of four uniforms, scaled (Irwin–Hall; cheap and portable).
     pub fn normal(&mut self) -> f32 {
         (0..4)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dspark_runtime::generate::{autoregressive, speculative, Outcome, Quiet, Request};
-use dspark_runtime::{Drafter, Qwen3};
+use dspark_runtime::{Drafter, KimiK3, Qwen3};
 
 /// A target from GGUF bytes.
 ///
@@ -13,14 +13,28 @@ pub fn target(bytes: Vec<u8>) -> Arc<Qwen3> {
     Arc::new(Qwen3::open(Arc::new(bytes)).expect("a valid qwen3 target"))
 }
 
+/// A Kimi K3 target from GGUF bytes.
+///
+/// # Panics
+/// If the bytes are not a valid target (tests build valid ones).
+pub fn kimi_k3(bytes: Vec<u8>) -> Arc<KimiK3> {
+    Arc::new(KimiK3::open(Arc::new(bytes)).expect("a valid kimi-k3 target"))
+}
+
 /// A drafter from GGUF bytes, fitted to `target`.
 ///
 /// # Panics
 /// If the bytes are not a valid drafter for it.
 pub fn drafter(bytes: Vec<u8>, target: &Qwen3) -> Arc<Drafter> {
-    Arc::new(
-        Drafter::open(Arc::new(bytes), &target.shape()).expect("a valid drafter for the target"),
-    )
+    drafter_for(bytes, &target.shape())
+}
+
+/// A drafter from GGUF bytes, fitted to a target of `shape`.
+///
+/// # Panics
+/// If the bytes are not a valid drafter for it.
+pub fn drafter_for(bytes: Vec<u8>, shape: &dspark_runtime::TargetShape) -> Arc<Drafter> {
+    Arc::new(Drafter::open(Arc::new(bytes), shape).expect("a valid drafter for the target"))
 }
 
 /// A request of `max_tokens` after `prompt`, ending at `stop`, within a context of 4096.

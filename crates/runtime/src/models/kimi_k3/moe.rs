@@ -1,0 +1,295 @@
+//! Kimi K3's FFNs: SiTU (`kimi-k3-layout.md` §3.4), the dense FFN, and the latent MoE
+//! (§3.5, llama.cpp `build_latent_moe` + `build_moe_ffn`): router on the full-width
+//! input, gating, selection with the bias (group-limited when asked), top-k, the
+//! unbiased weights normalised and scaled, experts in the latent, summed in selection
+//! order, the latent norm and up-projection, and the shared experts.
+//!
+//! Routing depends on each token's own router row only, and every expert's products
+//! are column-independent gemms over the tokens routed to it, so a batch routes and
+//! computes each token exactly as a single-token forward does.
+
+use dspark_contract::kimi_k3::Gating;
+use dspark_quant::gemm::{gemm, gemm_local};
+use rayon::prelude::*;
+
+use crate::nn::ops::rms_norm;
+use crate::weights::WeightRef;
+
+use super::multi_gemm;
+
+/// SiTU's constants.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Situ {
+    pub beta: f32,
+    pub linear_beta: f32,
+}
+
+impl Situ {
+    /// `β·tanh(g/β)·σ(g) · U(u)` with `U(u) = β_lin·tanh(u/β_lin)` when β_lin > 0, else
+    /// `u` — into `g` (as llama.cpp computes it: scale by the reciprocal, tanh, scale).
+    pub fn apply(&self, g: &mut [f32], u: &[f32]) {
+        let (ib, il) = (1.0 / self.beta, 1.0 / self.linear_beta);
+        for (a, &b) in g.iter_mut().zip(u) {
+            let x = *a;
+            let act = (x * ib).tanh() * self.beta * sigmoid(x);
+            let up = if self.linear_beta > 0.0 {
+                (b * il).tanh() * self.linear_beta
+            } else {
+                b
+            };
+            *a = act * up;
+        }
+    }
+}
+
+/// The logistic sigmoid.
+#[inline]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Gate, up and down projections with SiTU.
+pub(crate) struct SituFfn {
+    pub gate: WeightRef,
+    pub up: WeightRef,
+    pub down: WeightRef,
+}
+
+impl SituFfn {
+    /// `down · SiTU(gate·x, up·x)` for every row of `x` into `out`.
+    pub fn forward(&self, bytes: &[u8], situ: Situ, x: &[f32], out: &mut [f32]) {
+        let n = x.len() / self.gate.cols;
+        let f = self.gate.rows;
+        let (mut g, mut u) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
+        multi_gemm(bytes, &[&self.gate, &self.up], x, &mut [&mut g, &mut u]);
+        situ.apply(&mut g, &u);
+        gemm(&self.down.matrix(bytes), &g, out);
+    }
+
+    /// [`SituFfn::forward`] on the calling thread ([`gemm_local`]: the same bits), for
+    /// experts run side by side.
+    pub fn forward_local(&self, bytes: &[u8], situ: Situ, x: &[f32], out: &mut [f32]) {
+        let n = x.len() / self.gate.cols;
+        let f = self.gate.rows;
+        let (mut g, mut u) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
+        gemm_local(&self.gate.matrix(bytes), x, &mut g);
+        gemm_local(&self.up.matrix(bytes), x, &mut u);
+        situ.apply(&mut g, &u);
+        gemm_local(&self.down.matrix(bytes), &g, out);
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.gate.bytes() + self.up.bytes() + self.down.bytes()
+    }
+}
+
+/// A latent-MoE FFN.
+pub(crate) struct Moe {
+    pub router: WeightRef,
+    pub probs_bias: Vec<f32>,
+    /// Per expert: gate and up (`F_e × E_l`), down (`E_l × F_e`).
+    pub experts: Vec<SituFfn>,
+    pub routed_down: Option<WeightRef>,
+    pub routed_up: Option<WeightRef>,
+    pub routed_norm: Option<Vec<f32>>,
+    pub shared: Option<SituFfn>,
+}
+
+/// How tokens are routed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Routing {
+    pub gating: Gating,
+    pub used: usize,
+    pub groups: usize,
+    pub groups_used: usize,
+    pub norm: bool,
+    pub scale: f32,
+    /// The RMSNorm epsilon (of the routed norm).
+    pub eps: f32,
+}
+
+/// llama.cpp's clamp of the weights' sum before normalising (the smallest normal f16).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+impl Routing {
+    /// The selected experts of one token (in selection order: highest first, ties to the
+    /// lower id) and their weights, from its router logits.
+    pub fn route(&self, logits: &[f32], bias: &[f32]) -> (Vec<usize>, Vec<f32>) {
+        let probs: Vec<f32> = match self.gating {
+            Gating::Softmax => {
+                let mut p = logits.to_vec();
+                crate::nn::ops::softmax(&mut p);
+                p
+            }
+            Gating::Sigmoid => logits.iter().map(|&x| sigmoid(x)).collect(),
+            Gating::SoftmaxWeight => logits.to_vec(),
+            Gating::SqrtSoftplus => logits.iter().map(|&x| softplus(x).sqrt()).collect(),
+        };
+        let mut sel: Vec<f32> = probs.iter().zip(bias).map(|(p, b)| p + b).collect();
+        if self.groups > 1 {
+            let per = sel.len() / self.groups;
+            // A group's score: the sum of its two best selection values.
+            let scores: Vec<f32> = sel
+                .chunks_exact(per)
+                .map(|g| {
+                    let top = top_k(g, 2);
+                    top.iter().map(|&i| g[i]).sum()
+                })
+                .collect();
+            let keep = top_k(&scores, self.groups_used);
+            for (gi, g) in sel.chunks_exact_mut(per).enumerate() {
+                if !keep.contains(&gi) {
+                    g.fill(f32::NEG_INFINITY);
+                }
+            }
+        }
+        let chosen = top_k(&sel, self.used);
+        let mut w: Vec<f32> = chosen.iter().map(|&e| probs[e]).collect();
+        if self.gating == Gating::SoftmaxWeight {
+            crate::nn::ops::softmax(&mut w);
+        }
+        if self.norm {
+            let sum: f32 = w.iter().sum();
+            let sum = sum.max(MIN_WEIGHT_SUM);
+            for x in &mut w {
+                *x /= sum;
+            }
+        }
+        if self.scale != 0.0 && self.scale != 1.0 {
+            for x in &mut w {
+                *x *= self.scale;
+            }
+        }
+        (chosen, w)
+    }
+}
+
+/// `ln(1 + e^x)`, exact for large x.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Indices of the `k` largest values, largest first, ties to the lower index.
+fn top_k(v: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx
+}
+
+impl Moe {
+    /// The MoE FFN of every row of `h` (`n × E`) into `out`.
+    pub fn forward(&self, bytes: &[u8], routing: &Routing, situ: Situ, h: &[f32], out: &mut [f32]) {
+        let e = self.router.cols;
+        let n = h.len() / e;
+        let ne = self.router.rows;
+        let mut logits = vec![0.0f32; n * ne];
+        gemm(&self.router.matrix(bytes), h, &mut logits);
+        let routes: Vec<(Vec<usize>, Vec<f32>)> = logits
+            .chunks_exact(ne)
+            .map(|l| routing.route(l, &self.probs_bias))
+            .collect();
+        // The experts' input: the latent projection, or h itself.
+        let latent;
+        let r: &[f32] = match &self.routed_down {
+            Some(w) => {
+                let mut x = vec![0.0f32; n * w.rows];
+                gemm(&w.matrix(bytes), h, &mut x);
+                latent = x;
+                &latent
+            }
+            None => h,
+        };
+        let el = r.len() / n;
+        // Each expert over the tokens routed to it, in one gemm per projection; outputs
+        // kept per (token, slot).
+        let used = routing.used;
+        let mut slot_out = vec![0.0f32; n * used * el];
+        let work: Vec<(usize, Vec<(usize, usize)>)> = (0..self.experts.len())
+            .map(|ei| {
+                let mine = routes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(t, (sel, _))| sel.iter().position(|&s| s == ei).map(|k| (t, k)))
+                    .collect::<Vec<_>>();
+                (ei, mine)
+            })
+            .filter(|(_, mine)| !mine.is_empty())
+            .collect();
+        // The experts side by side, each on one thread over its tokens.
+        let outs: Vec<Vec<f32>> = work
+            .par_iter()
+            .map(|(ei, mine)| {
+                let mut x = Vec::with_capacity(mine.len() * el);
+                for &(t, _) in mine {
+                    x.extend_from_slice(&r[t * el..(t + 1) * el]);
+                }
+                let mut y = vec![0.0f32; mine.len() * el];
+                self.experts[*ei].forward_local(bytes, situ, &x, &mut y);
+                y
+            })
+            .collect();
+        for ((_, mine), y) in work.iter().zip(&outs) {
+            for (i, &(t, k)) in mine.iter().enumerate() {
+                let at = (t * used + k) * el;
+                slot_out[at..at + el].copy_from_slice(&y[i * el..(i + 1) * el]);
+            }
+        }
+        // Weighted sum in selection order.
+        let mut y = vec![0.0f32; n * el];
+        for (t, (_, w)) in routes.iter().enumerate() {
+            let acc = &mut y[t * el..(t + 1) * el];
+            for (k, &wk) in w.iter().enumerate() {
+                let o = &slot_out[(t * used + k) * el..(t * used + k + 1) * el];
+                if k == 0 {
+                    for (a, &b) in acc.iter_mut().zip(o) {
+                        *a = b * wk;
+                    }
+                } else {
+                    for (a, &b) in acc.iter_mut().zip(o) {
+                        *a += b * wk;
+                    }
+                }
+            }
+        }
+        if let Some(norm) = &self.routed_norm {
+            let mut z = vec![0.0f32; y.len()];
+            for (a, b) in y.chunks_exact(el).zip(z.chunks_exact_mut(el)) {
+                rms_norm(a, norm, routing.eps, b);
+            }
+            y = z;
+        }
+        match &self.routed_up {
+            Some(w) => gemm(&w.matrix(bytes), &y, out),
+            None => out.copy_from_slice(&y),
+        }
+        if let Some(sh) = &self.shared {
+            let mut s = vec![0.0f32; out.len()];
+            sh.forward(bytes, situ, h, &mut s);
+            for (a, b) in out.iter_mut().zip(&s) {
+                *a += b;
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.router.bytes()
+            + 4 * self.probs_bias.len() as u64
+            + self.experts.iter().map(SituFfn::bytes).sum::<u64>()
+            + self.routed_down.as_ref().map_or(0, WeightRef::bytes)
+            + self.routed_up.as_ref().map_or(0, WeightRef::bytes)
+            + self.shared.as_ref().map_or(0, SituFfn::bytes)
+    }
+
+    /// Bytes of weights one token reads (its experts, not all of them): router, the
+    /// `used` experts, projections and shared experts.
+    pub fn active_bytes(&self, used: usize) -> u64 {
+        let per_expert = self.experts.first().map_or(0, SituFfn::bytes);
+        self.bytes() - self.experts.iter().map(SituFfn::bytes).sum::<u64>()
+            + per_expert * used as u64
+    }
+}
