@@ -1149,20 +1149,7 @@ fn qwen3_target_matches_the_numpy_reference() {
             String::from_utf8_lossy(&o.stderr)
         );
         let r: serde_json::Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
-        let rows = |key: &str| -> Vec<Vec<f64>> {
-            r[key]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|row| {
-                    row.as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.as_f64().unwrap())
-                        .collect()
-                })
-                .collect()
-        };
+        let rows = |key: &str| json_rows(&r, key);
         let check = |what: &str, got: &[f32], want: &[f64]| {
             let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
             let err = got
@@ -1269,6 +1256,24 @@ fn kimi_k3_pair_from_synth_generates_and_benches() {
             assert!(sp["stats"]["seconds"]["replay"].as_f64().is_some());
         }
     }
+    // A drafter in llama.cpp's layout, with the K3 target's vocabulary, runs the same.
+    let llama = t.path("draft-llama.gguf");
+    assert_ok(&dspark(&[
+        "convert",
+        s(&dir.join("draft")),
+        "--layout",
+        "llama.cpp",
+        "--vocab-from",
+        s(&target),
+        "-o",
+        s(&llama),
+        "--report",
+        s(&t.path("report-llama.json")),
+        "-q",
+    ]));
+    let sp = run(&["--draft", s(&llama), "--schedule", "fixed"]);
+    assert_eq!(sp["tokens"], plain["tokens"], "llama.cpp layout");
+    assert!(sp["stats"]["rounds"].as_u64().unwrap() > 0);
     let o = dspark(&[
         "generate",
         "-m",

@@ -96,6 +96,29 @@ impl WeightRef {
     }
 }
 
+/// Rows `tokens` of an embedding matrix of `vocab` rows into `out` (`tokens.len()` rows);
+/// a token outside the vocabulary is an error that writes nothing.
+///
+/// # Panics
+/// If `out` is not `tokens.len()` rows of the matrix's width.
+pub(crate) fn embed_rows(
+    m: &Matrix<'_>,
+    vocab: usize,
+    tokens: &[u32],
+    out: &mut [f32],
+) -> Result<()> {
+    assert_eq!(out.len(), tokens.len() * m.cols, "embed output size");
+    if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(RuntimeError::Request(format!(
+            "token {t} is outside the target's vocabulary of {vocab}"
+        )));
+    }
+    for (&t, o) in tokens.iter().zip(out.chunks_exact_mut(m.cols)) {
+        m.row_f32(t as usize, o);
+    }
+    Ok(())
+}
+
 /// Model files up to this size get packed tiles by default: where they pay. A small model
 /// is compute-bound, and packed tiles cut a Q8_0 product's instructions by half or more
 /// (the 7 MB trained target decodes 1.6x faster); a large one is bound by memory bandwidth,

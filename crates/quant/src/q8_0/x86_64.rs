@@ -12,6 +12,67 @@ use half::f16;
 
 use super::{quantize_block_ref, BLOCK_BYTES, QK8_0};
 
+/// One block's 32 values in four registers and their largest magnitude, or `None` when a
+/// value is not finite (the callers then take the reference's bytes).
+///
+/// # Safety
+/// The CPU must support AVX2; `xb` holds 32 values.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn load_block(xb: &[f32]) -> Option<([__m256; 4], f32)> {
+    debug_assert_eq!(xb.len(), QK8_0);
+    let sign = _mm256_set1_ps(-0.0);
+    let max_finite = _mm256_set1_ps(f32::MAX);
+    // SAFETY: xb has exactly 32 f32s, so the four unaligned 8-lane loads are in bounds.
+    let v = unsafe {
+        [
+            _mm256_loadu_ps(xb.as_ptr()),
+            _mm256_loadu_ps(xb.as_ptr().add(8)),
+            _mm256_loadu_ps(xb.as_ptr().add(16)),
+            _mm256_loadu_ps(xb.as_ptr().add(24)),
+        ]
+    };
+    let a = v.map(|v| _mm256_andnot_ps(sign, v));
+    // All lanes finite (NaN compares false)?
+    let fin = _mm256_and_ps(
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_LE_OQ>(a[0], max_finite),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(a[1], max_finite),
+        ),
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_LE_OQ>(a[2], max_finite),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(a[3], max_finite),
+        ),
+    );
+    if _mm256_movemask_ps(fin) != 0xFF {
+        return None;
+    }
+    // With finite inputs the max is order-independent, so a tree equals C's loop.
+    let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+    Some((v, _mm_cvtss_f32(m1)))
+}
+
+/// Packs four registers of i32 quants (saturating) into a block's 32 bytes, in order.
+///
+/// # Safety
+/// The CPU must support AVX2; `qs` holds 32 bytes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn store_quants(q: [__m256i; 4], qs: &mut [u8]) {
+    debug_assert_eq!(qs.len(), QK8_0);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let i16s = [
+        _mm256_packs_epi32(q[0], q[1]),
+        _mm256_packs_epi32(q[2], q[3]),
+    ];
+    let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
+    // SAFETY: qs is exactly 32 bytes, the width of one unaligned 256-bit store.
+    unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), i8s) };
+}
+
 /// Quantizes whole blocks with AVX2.
 ///
 /// # Safety
@@ -22,42 +83,14 @@ pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
     assert_eq!(x.len() % QK8_0, 0);
     assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES);
     let sign = _mm256_set1_ps(-0.0);
-    let max_finite = _mm256_set1_ps(f32::MAX);
     let half = _mm256_set1_ps(0.5);
     let one = _mm256_set1_ps(1.0);
-    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        // SAFETY: xb has exactly 32 f32s, so the four unaligned 8-lane loads are in bounds.
-        let v = unsafe {
-            [
-                _mm256_loadu_ps(xb.as_ptr()),
-                _mm256_loadu_ps(xb.as_ptr().add(8)),
-                _mm256_loadu_ps(xb.as_ptr().add(16)),
-                _mm256_loadu_ps(xb.as_ptr().add(24)),
-            ]
-        };
-        let a = v.map(|v| _mm256_andnot_ps(sign, v));
-        // All lanes finite (NaN compares false)? Otherwise the reference handles the block.
-        let fin = _mm256_and_ps(
-            _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[0], max_finite),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[1], max_finite),
-            ),
-            _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[2], max_finite),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[3], max_finite),
-            ),
-        );
-        if _mm256_movemask_ps(fin) != 0xFF {
+        // SAFETY: AVX2 is this function's own target feature; xb is one block.
+        let Some((v, amax)) = (unsafe { load_block(xb) }) else {
             quantize_block_ref(xb, ob);
             continue;
-        }
-        // With finite inputs the max is order-independent, so a tree equals C's loop.
-        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
-        let amax = _mm_cvtss_f32(m1);
+        };
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
@@ -77,13 +110,8 @@ pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
             );
             _mm256_cvttps_epi32(_mm256_add_ps(t, step))
         });
-        let i16s = [
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        ];
-        let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
-        // SAFETY: ob[2..] is exactly 32 bytes, the width of one unaligned 256-bit store.
-        unsafe { _mm256_storeu_si256(ob[2..].as_mut_ptr().cast(), i8s) };
+        // SAFETY: AVX2 as above; ob[2..] is the block's 32 quant bytes.
+        unsafe { store_quants(q, &mut ob[2..]) };
     }
 }
 
@@ -97,39 +125,12 @@ pub(crate) unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) {
 pub(crate) unsafe fn quantize_activations_avx2(x: &[f32], out: &mut [u8]) {
     assert_eq!(x.len() % QK8_0, 0);
     assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES);
-    let sign = _mm256_set1_ps(-0.0);
-    let max_finite = _mm256_set1_ps(f32::MAX);
-    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        // SAFETY: xb has exactly 32 f32s, so the four unaligned 8-lane loads are in bounds.
-        let v = unsafe {
-            [
-                _mm256_loadu_ps(xb.as_ptr()),
-                _mm256_loadu_ps(xb.as_ptr().add(8)),
-                _mm256_loadu_ps(xb.as_ptr().add(16)),
-                _mm256_loadu_ps(xb.as_ptr().add(24)),
-            ]
-        };
-        let a = v.map(|v| _mm256_andnot_ps(sign, v));
-        let fin = _mm256_and_ps(
-            _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[0], max_finite),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[1], max_finite),
-            ),
-            _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[2], max_finite),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(a[3], max_finite),
-            ),
-        );
-        if _mm256_movemask_ps(fin) != 0xFF {
+        // SAFETY: AVX2 is this function's own target feature; xb is one block.
+        let Some((v, amax)) = (unsafe { load_block(xb) }) else {
             quantize_block_ref(xb, ob);
             continue;
-        }
-        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
-        let amax = _mm_cvtss_f32(m1);
+        };
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
@@ -139,13 +140,8 @@ pub(crate) unsafe fn quantize_activations_avx2(x: &[f32], out: &mut [u8]) {
             let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(p);
             _mm256_cvtps_epi32(r)
         });
-        let i16s = [
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        ];
-        let i8s = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16s[0], i16s[1]), perm);
-        // SAFETY: ob[2..] is exactly 32 bytes, the width of one unaligned 256-bit store.
-        unsafe { _mm256_storeu_si256(ob[2..].as_mut_ptr().cast(), i8s) };
+        // SAFETY: AVX2 as above; ob[2..] is the block's 32 quant bytes.
+        unsafe { store_quants(q, &mut ob[2..]) };
     }
 }
 

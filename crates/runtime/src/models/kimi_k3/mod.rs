@@ -486,19 +486,8 @@ impl KimiK3 {
 
     /// Token embeddings, `tokens.len() × hidden`.
     pub fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()> {
-        let h = self.hparams.hidden;
-        assert_eq!(out.len(), tokens.len() * h, "embed output size");
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.hparams.vocab) {
-            return Err(RuntimeError::Request(format!(
-                "token {t} is outside the target's vocabulary of {}",
-                self.hparams.vocab
-            )));
-        }
         let m = self.token_embd.matrix(self.bytes());
-        for (&t, o) in tokens.iter().zip(out.chunks_exact_mut(h)) {
-            m.row_f32(t as usize, o);
-        }
-        Ok(())
+        crate::weights::embed_rows(&m, self.hparams.vocab, tokens, out)
     }
 
     /// The LM head on already-normed hidden states.
