@@ -59,6 +59,10 @@ pub struct BenchArgs {
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
+    /// How a Kimi K3 target computes MLA attention: `f16` (the default, as llama.cpp's CPU
+    /// flash attention) or `f32` (see `generate --help`).
+    #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
+    pub attention: dspark_runtime::Attention,
     /// Sampling: above temperature 0 the block is drafted by sampling the Markov chain,
     /// and with a target the round adds the acceptance step (the target's distribution
     /// of every verify row, rejection sampling of every draft).
@@ -213,7 +217,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     let mut session = match (&target, &a.target) {
         (Some(t), Some(p)) => Some(
             t.model
-                .session(positions, extra)
+                .session(positions, extra, a.attention)
                 .map_err(|e| runtime_error(p, e))?,
         ),
         _ => None,

@@ -48,6 +48,10 @@ pub struct EvalArgs {
     /// Stop at the target's end-of-sequence token (default: generate --max-tokens each).
     #[arg(long)]
     pub stop_at_eos: bool,
+    /// How a Kimi K3 target computes MLA attention: `f16` (the default, as llama.cpp's CPU
+    /// flash attention) or `f32` (see `generate --help`).
+    #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
+    pub attention: dspark_runtime::Attention,
     /// Sampling (greedy by default); prompt i (from 0) samples with seed `--seed` + i.
     #[command(flatten)]
     pub sampling: crate::SamplingArgs,
@@ -189,7 +193,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
         };
         let positions = req.positions(drafts).min(context);
         let mut session = model
-            .session(positions, drafts + 1)
+            .session(positions, drafts + 1, a.attention)
             .map_err(|e| runtime_error(&a.target, e))?;
         let t = Instant::now();
         let ar = crate::on_pool(|| autoregressive(&mut *session, &req, &mut Plain))
@@ -199,7 +203,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             break;
         }
         let mut session = model
-            .session(positions, drafts + 1)
+            .session(positions, drafts + 1, a.attention)
             .map_err(|e| runtime_error(&a.target, e))?;
         let mut ds = drafter
             .session(positions)

@@ -18,7 +18,7 @@ use dspark_runtime::generate::{
 };
 use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
-use dspark_runtime::Rollback;
+use dspark_runtime::{Attention, Rollback};
 use serde_json::json;
 
 use crate::load::{load_drafter, load_target, runtime_error};
@@ -82,6 +82,12 @@ pub struct GenerateArgs {
     /// way; attention-only targets ignore it.
     #[arg(long, default_value = "auto", value_parser = parse_rollback)]
     pub rollback: RollbackChoice,
+    /// How a Kimi K3 target computes MLA attention: `f16` (the default) as llama.cpp's CPU
+    /// flash attention does by default (keys, values, queries and the value accumulator
+    /// in F16), so greedy tokens follow llama.cpp's default runs; `f32` in f32 throughout
+    /// (closer to exact; follows `llama.cpp -fa off` with an F32 cache).
+    #[arg(long, default_value = "f16", value_parser = parse_attention)]
+    pub attention: Attention,
     #[command(flatten)]
     pub sampling: crate::SamplingArgs,
     /// Worker threads (default: all cores).
@@ -102,6 +108,14 @@ pub struct GenerateArgs {
 /// `--rollback`: a fixed option, or `None` for the planner's choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RollbackChoice(pub Option<Rollback>);
+
+pub(crate) fn parse_attention(s: &str) -> Result<Attention, String> {
+    match s {
+        "f32" => Ok(Attention::F32),
+        "f16" => Ok(Attention::F16),
+        _ => Err(format!("`{s}`: expected f32 or f16")),
+    }
+}
 
 pub(crate) fn parse_rollback(s: &str) -> Result<RollbackChoice, String> {
     match s {
@@ -401,7 +415,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     };
     let positions = req.positions(drafts).min(context);
     let mut session = model
-        .session(positions, drafts + 1)
+        .session(positions, drafts + 1, a.attention)
         .map_err(|e| runtime_error(&a.target, e))?;
     let mut draft_session = match (&drafter, &a.draft) {
         (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use dspark_contract::{ContractError, TargetShape};
 use dspark_gguf::GgufFile;
 use dspark_runtime::tokenizer::Tokenizer;
-use dspark_runtime::{Drafter, KimiK3, ModelBytes, Qwen3, RuntimeError, Target};
+use dspark_runtime::{Attention, Drafter, KimiK3, ModelBytes, Qwen3, RuntimeError, Target};
 
 use crate::mmap::map_input;
 
@@ -89,15 +89,22 @@ impl TargetModel {
         }
     }
     /// A session of `positions` that may leave `undo` positions uncommitted (a
-    /// speculative round's width; only recurrent targets keep anything for it).
+    /// speculative round's width; only recurrent targets keep anything for it), its MLA
+    /// attention computed as `attention` says (Kimi K3; a Qwen3 target's attention is f32
+    /// either way).
     pub fn session(
         &self,
         positions: usize,
         undo: usize,
+        attention: Attention,
     ) -> dspark_runtime::Result<Box<dyn Target + Send>> {
         Ok(match self {
             TargetModel::Qwen3(m) => Box::new(m.session(positions)?),
-            TargetModel::KimiK3(m) => Box::new(m.session(positions, undo)?),
+            TargetModel::KimiK3(m) => {
+                let mut s = m.session(positions, undo)?;
+                s.set_attention(attention);
+                Box::new(s)
+            }
         })
     }
 }

@@ -95,6 +95,11 @@ pub struct Kernels {
     /// Q8_0 activations by ggml's x86 recipe, the bytes of
     /// [`q8_0::quantize_activations_ref`].
     pub q8_activations: fn(&[f32], &mut [u8]),
+    /// An F16 accumulator rescaled, the bits of [`vector::scale_round_f16_ref`].
+    pub scale_round_f16: fn(&mut [f32], f32),
+    /// An F16 accumulator taking a weighted row, the bits of
+    /// [`vector::mad_round_f16_ref`].
+    pub mad_round_f16: fn(&mut [f32], &[f32], f32, usize),
 }
 
 impl Kernels {
@@ -109,6 +114,8 @@ impl Kernels {
             dots_f32: vector::dots_ref,
             axpys_f32: vector::axpys_ref,
             q8_activations: q8_0::quantize_activations_ref,
+            scale_round_f16: vector::scale_round_f16_ref,
+            mad_round_f16: vector::mad_round_f16_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -132,6 +139,14 @@ impl Kernels {
             k.dots_f32 = |q, keys, stride, out| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::dots_avx2(q, keys, stride, out) }
+            };
+            k.scale_round_f16 = |y, s| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { vector::x86_64::scale_round_f16_avx2(y, s) }
+            };
+            k.mad_round_f16 = |y, x, s, fused| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { vector::x86_64::mad_round_f16_avx2(y, x, s, fused) }
             };
             k.q8_activations = |x, out| {
                 // SAFETY: built only from a `Detected` with AVX2.

@@ -685,3 +685,38 @@ fn local_gemm_gives_the_same_bits_as_gemm() {
         }
     }
 }
+
+/// The F16-accumulator kernels (llama.cpp's flash-attention value sums) give their
+/// references' bits: fused and unfused parts, lengths around the vector width, values
+/// near F16's limits (subnormal, overflowing to infinity).
+#[test]
+fn f16_accumulator_kernels_match_their_references() {
+    let mut rng = Rng(29);
+    for len in [0usize, 1, 7, 8, 9, 32, 63, 64, 65, 128, 131] {
+        for scale in [1.0f32, 3.0e-6, 1.0e4] {
+            let x: Vec<f32> = (0..len).map(|_| rng.normal() * scale).collect();
+            let y0: Vec<f32> = (0..len)
+                .map(|_| crate::vector::round_f16(rng.normal() * scale))
+                .collect();
+            for k in fast_kernels() {
+                for fused in [0, len / 64 * 64, len] {
+                    for w in [0.0f32, 0.37, 1.0, 1.7e-3] {
+                        let (mut a, mut b) = (y0.clone(), y0.clone());
+                        (k.mad_round_f16)(&mut a, &x, w, fused);
+                        crate::vector::mad_round_f16_ref(&mut b, &x, w, fused);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&a),
+                            bits(&b),
+                            "{} mad len {len} fused {fused} w {w}",
+                            k.isa
+                        );
+                        (k.scale_round_f16)(&mut a, w);
+                        crate::vector::scale_round_f16_ref(&mut b, w);
+                        assert_eq!(bits(&a), bits(&b), "{} scale len {len} w {w}", k.isa);
+                    }
+                }
+            }
+        }
+    }
+}

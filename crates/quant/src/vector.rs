@@ -49,6 +49,36 @@ pub fn axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) 
     }
 }
 
+/// `x` rounded to the nearest F16 value (ties to even), as f32.
+#[inline]
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// `y_i = round_f16(y_i · s)`: an F16 accumulator rescaled (ggml's `ggml_vec_scale_f16`).
+pub fn scale_round_f16_ref(y: &mut [f32], s: f32) {
+    for v in y.iter_mut() {
+        *v = round_f16(*v * s);
+    }
+}
+
+/// `y_i = round_f16(fma(x_i, s, y_i))` for `i < fused`, `round_f16(y_i + x_i · s)` (a
+/// multiply, then an add) after: an F16 accumulator taking a weighted row as ggml's
+/// `ggml_vec_mad_f16` does (its SIMD steps fuse, its scalar leftovers do not).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32, fused: usize) {
+    assert_eq!(y.len(), x.len(), "mad lengths");
+    for (i, (o, &v)) in y.iter_mut().zip(x).enumerate() {
+        *o = round_f16(if i < fused {
+            v.mul_add(s, *o)
+        } else {
+            *o + v * s
+        });
+    }
+}
+
 /// Row `count − 1` of `len` values at `stride` lies inside `total` values.
 pub(crate) fn check_strided(len: usize, total: usize, stride: usize, count: usize) {
     if count > 0 {

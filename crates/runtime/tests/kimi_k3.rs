@@ -267,3 +267,53 @@ fn speculative_decoding_equals_plain_decoding_on_kimi_k3() {
         }
     }
 }
+
+/// llama.cpp's flash-attention numerics (F16 keys, values, query and accumulator) keep
+/// the batched = sequential promise, and a rollback under them lands where sequential
+/// decoding does. (How far they move a random model's logits from f32 attention says
+/// little: Q8_0 rounding and MoE routing amplify a 5e-4 change chaotically.)
+#[test]
+fn f16_attention_is_batch_invariant_and_rolls_back_exactly() {
+    use dspark_runtime::Attention;
+    let g = K3Geometry::tiny();
+    let m = model(&g, 13, GgmlType::Q8_0);
+    let v = m.shape().vocab;
+    let toks = tokens(12, v, 8);
+    let session = || {
+        let mut s = m.session(64, 16).unwrap();
+        s.set_attention(Attention::F16);
+        s
+    };
+    let mut all = session();
+    let full = all.forward(&toks, &[1, 3], Logits::All).unwrap();
+    let mut one = session();
+    for (t, &tok) in toks.iter().enumerate() {
+        let f = one.forward_commit(&[tok], &[1, 3], Logits::All).unwrap();
+        assert_eq!(
+            bits(&f.logits),
+            bits(&full.logits[t * v..(t + 1) * v]),
+            "at {t}"
+        );
+    }
+    let exact = m
+        .session(64, 16)
+        .unwrap()
+        .forward(&toks, &[1, 3], Logits::All)
+        .unwrap();
+    assert_ne!(
+        bits(&exact.logits),
+        bits(&full.logits),
+        "F16 attention is another computation"
+    );
+    // Verify 7 after a prefix of 5, keep 3, then 2 more: as decoding the 10 kept tokens.
+    let mut s = session();
+    s.forward_commit(&toks[..5], &[], Logits::Last).unwrap();
+    s.forward(&toks[5..12], &[], Logits::All).unwrap();
+    s.rollback(8).unwrap();
+    s.commit();
+    let a = s.forward(&toks[8..10], &[], Logits::All).unwrap();
+    let mut fresh = session();
+    fresh.forward_commit(&toks[..8], &[], Logits::Last).unwrap();
+    let b = fresh.forward(&toks[8..10], &[], Logits::All).unwrap();
+    assert_eq!(bits(&a.logits), bits(&b.logits));
+}

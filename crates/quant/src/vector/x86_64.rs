@@ -137,3 +137,49 @@ unsafe fn axpys_in_registers<const R: usize>(
         unsafe { _mm256_storeu_ps(py.add(8 * j), *a) };
     }
 }
+
+/// [`super::scale_round_f16_ref`] with AVX2 and F16C (the same bits: one multiply, one
+/// round-to-nearest-even conversion each way).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn scale_round_f16_avx2(y: &mut [f32], s: f32) {
+    let n = y.len();
+    let sv = _mm256_set1_ps(s);
+    let py = y.as_mut_ptr();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, inside the slice.
+        unsafe {
+            let r = _mm256_mul_ps(_mm256_loadu_ps(py.add(i)), sv);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
+            _mm256_storeu_ps(py.add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    super::scale_round_f16_ref(&mut y[i..], s);
+}
+
+/// [`super::mad_round_f16_ref`] with AVX2, FMA and F16C (the same bits).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32, fused: usize) {
+    assert_eq!(y.len(), x.len(), "mad lengths");
+    let n = fused.min(y.len()) / 8 * 8;
+    let sv = _mm256_set1_ps(s);
+    let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 8 <= n <= both lengths.
+        unsafe {
+            let r = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), sv, _mm256_loadu_ps(py.add(i)));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
+            _mm256_storeu_ps(py.add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    super::mad_round_f16_ref(&mut y[i..], &x[i..], s, fused.saturating_sub(i));
+}

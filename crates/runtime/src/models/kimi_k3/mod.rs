@@ -481,6 +481,7 @@ impl KimiK3 {
             kda,
             mode: Rollback::Replay,
             replay_seconds: 0.0,
+            attention: Attention::F32,
         })
     }
 
@@ -561,9 +562,17 @@ pub struct KimiK3Session {
     kda: Vec<KdaState>,
     mode: Rollback,
     replay_seconds: f64,
+    attention: Attention,
 }
 
 impl KimiK3Session {
+    /// Sets how MLA attention is computed from the next forward on ([`Attention`]). Cache
+    /// rows already written keep the precision they were written with: set it on a new
+    /// session.
+    pub fn set_attention(&mut self, attention: Attention) {
+        self.attention = attention;
+    }
+
     /// The model.
     pub fn model(&self) -> &Arc<KimiK3> {
         &self.model
@@ -689,7 +698,16 @@ impl KimiK3Session {
                     kda_i += 1;
                 }
                 Mixer::Mla(w) => {
-                    mla_forward(bytes, hp, w, &mut self.mla[mla_i], p0, &normed, &mut y);
+                    mla_forward(
+                        bytes,
+                        hp,
+                        w,
+                        &mut self.mla[mla_i],
+                        p0,
+                        &normed,
+                        &mut y,
+                        self.attention,
+                    );
                     mla_i += 1;
                 }
             }
@@ -865,6 +883,7 @@ fn softplus(x: f32) -> f32 {
 
 /// The MLA layer (absorbed form) of every row of `h` into `out`, writing positions
 /// `p0..p0 + n` of `cache`.
+#[allow(clippy::too_many_arguments)]
 fn mla_forward(
     bytes: &[u8],
     hp: &KimiK3Hparams,
@@ -873,6 +892,7 @@ fn mla_forward(
     p0: usize,
     h: &[f32],
     out: &mut [f32],
+    attention: Attention,
 ) {
     let n = h.len() / hp.hidden;
     let heads = hp.heads;
@@ -920,6 +940,9 @@ fn mla_forward(
             &mut dst[..r],
         );
         dst[r..].copy_from_slice(&kvr[t * row + r..(t + 1) * row]);
+        if attention == Attention::F16 {
+            dst.iter_mut().for_each(|x| *x = f16_round(*x));
+        }
     }
     // Absorbed queries [K_b[h]ᵀ q_nope ; q_rope] per (position, head), heads side by side.
     let absorbed: Vec<Vec<f32>> = w
@@ -952,22 +975,34 @@ fn mla_forward(
     let mut ctx = vec![0.0f32; n * heads * r];
     let cache = &*cache;
     let kn = kernels();
-    ctx.par_chunks_mut(r).enumerate().for_each_init(
-        || Vec::with_capacity(p0 + n),
-        |scores: &mut Vec<f32>, (i, o)| {
-            let t = i / heads;
-            let count = p0 + t + 1;
-            scores.clear();
-            scores.resize(count, 0.0);
-            (kn.dots_f32)(&qa[i * row..(i + 1) * row], cache, row, scores);
-            for s in scores.iter_mut() {
-                *s *= scale;
-            }
-            softmax(scores);
-            o.fill(0.0);
-            (kn.axpys_f32)(o, scores, cache, row);
-        },
-    );
+    match attention {
+        Attention::F32 => ctx.par_chunks_mut(r).enumerate().for_each_init(
+            || Vec::with_capacity(p0 + n),
+            |scores: &mut Vec<f32>, (i, o)| {
+                let t = i / heads;
+                let count = p0 + t + 1;
+                scores.clear();
+                scores.resize(count, 0.0);
+                (kn.dots_f32)(&qa[i * row..(i + 1) * row], cache, row, scores);
+                for s in scores.iter_mut() {
+                    *s *= scale;
+                }
+                softmax(scores);
+                o.fill(0.0);
+                (kn.axpys_f32)(o, scores, cache, row);
+            },
+        ),
+        Attention::F16 => ctx.par_chunks_mut(r).enumerate().for_each_init(
+            || vec![0.0f32; row],
+            |q16: &mut Vec<f32>, (i, o)| {
+                let t = i / heads;
+                for (a, &b) in q16.iter_mut().zip(&qa[i * row..(i + 1) * row]) {
+                    *a = f16_round(b);
+                }
+                attend_f16(q16, cache, row, r, p0 + t + 1, scale, o);
+            },
+        ),
+    }
     // Value heads from the latent context, the gate, the output projection.
     let values: Vec<Vec<f32>> = w
         .v_b
@@ -997,6 +1032,61 @@ fn mla_forward(
         }
     }
     gemm(&w.output.matrix(bytes), &vo, out);
+}
+
+/// How MLA attention is computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attention {
+    /// f32 keys, values and queries; a softmax over all scores, then the weighted sum
+    /// (the default; within 5e-4 of the float64 reference).
+    #[default]
+    F32,
+    /// As llama.cpp's CPU flash attention computes it by default (`-fa auto` with its F16
+    /// cache, or any cache once flash attention casts K and V to F16): keys, values and
+    /// the query rounded to F16, scores in f32, an online softmax whose value accumulator
+    /// is rounded to F16 after every key (`ggml_vec_mad_f16` / `ggml_vec_scale_f16`), the
+    /// sum divided out at the end.
+    F16,
+}
+
+use dspark_quant::vector::round_f16 as f16_round;
+
+/// One query row (`q16`, F16-valued) over `count` cached rows of `stride` values (F16
+/// valued, their first `r` the values), by llama.cpp's one-chunk flash-attention recipe
+/// (`ggml-cpu/ops.cpp` `ggml_compute_forward_flash_attn_ext_f16_one_chunk`, F16 V): a
+/// running maximum M and sum S in f32; on a new maximum the F16 accumulator is rescaled by
+/// `exp(M_old − M)`; each value is added with weight `exp(s − M)` by a fused multiply-add
+/// rounded to F16 (ggml's SIMD path, whole steps of 64) or a multiply then an add (its
+/// scalar leftovers); `out = acc / S`.
+fn attend_f16(
+    q16: &[f32],
+    cache: &[f32],
+    stride: usize,
+    r: usize,
+    count: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let kn = kernels();
+    let simd = r / 64 * 64;
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    for row in cache.chunks_exact(stride).take(count) {
+        let s = (kn.dot_f32)(q16, row) * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            (kn.scale_round_f16)(out, ms);
+        } else {
+            vs = (s - m).exp();
+        }
+        (kn.mad_round_f16)(out, &row[..r], vs, simd);
+        sum = sum * ms + vs;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|a| *a *= inv);
 }
 
 impl Target for KimiK3Session {
