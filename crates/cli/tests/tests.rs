@@ -1256,6 +1256,27 @@ fn kimi_k3_pair_from_synth_generates_and_benches() {
             assert!(sp["stats"]["seconds"]["replay"].as_f64().is_some());
         }
     }
+    // f32 attention: another computation, lossless too.
+    let plain32 = run(&["--attention", "f32"]);
+    let sp32 = run(&[
+        "--attention",
+        "f32",
+        "--draft",
+        s(&draft),
+        "--schedule",
+        "fixed",
+    ]);
+    assert_eq!(sp32["tokens"], plain32["tokens"], "f32 attention");
+    let o = dspark(&[
+        "generate",
+        "-m",
+        s(&target),
+        "--prompt",
+        "x",
+        "--attention",
+        "f8",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
     // A drafter in llama.cpp's layout, with the K3 target's vocabulary, runs the same.
     let llama = t.path("draft-llama.gguf");
     assert_ok(&dspark(&[
