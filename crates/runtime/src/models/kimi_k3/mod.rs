@@ -102,12 +102,21 @@ fn dense(t: &TensorRef<'_>) -> Result<Vec<f32>> {
     }
 }
 
+/// Channel-major conv kernels (`[c · k + τ]`) as tap-major (`[τ · channels + c]`).
+fn tap_major(w: Vec<f32>, k: usize) -> Vec<f32> {
+    let channels = w.len() / k;
+    (0..k * channels)
+        .map(|i| w[(i % channels) * k + i / channels])
+        .collect()
+}
+
 /// A KDA layer's weights.
 struct Kda {
     q: WeightRef,
     k: WeightRef,
     v: WeightRef,
-    /// Conv kernels per channel: `[c · K + τ]`, for q, k, v.
+    /// Conv kernels tap-major, `[τ · d_in + c]` (the file's `{K, 1, d_in}` transposed,
+    /// so a tap's weights for every channel are contiguous), for q, k, v.
     conv: [Vec<f32>; 3],
     f_a: WeightRef,
     f_b: WeightRef,
@@ -199,7 +208,11 @@ impl KimiK3 {
                     q: m(&k.q)?,
                     k: m(&k.k)?,
                     v: m(&k.v)?,
-                    conv: [dense(&k.conv_q)?, dense(&k.conv_k)?, dense(&k.conv_v)?],
+                    conv: [
+                        tap_major(dense(&k.conv_q)?, hp.conv_kernel),
+                        tap_major(dense(&k.conv_k)?, hp.conv_kernel),
+                        tap_major(dense(&k.conv_v)?, hp.conv_kernel),
+                    ],
                     f_a: m(&k.f_a)?,
                     f_b: m(&k.f_b)?,
                     beta: m(&k.beta)?,
@@ -805,14 +818,23 @@ fn kda_forward(
     let mut steps = vec![0.0f32; n * sf];
     let mut q = vec![0.0f32; n * inner];
     for t in 0..n {
+        // Per channel Σ_τ w[τ][c] · x[t + τ][c], τ in order (one tap over every channel
+        // at a time), then SiLU.
         let conv = |part: usize, dst: &mut [f32]| {
             let kern = &w.conv[part];
-            for (c, o) in dst.iter_mut().enumerate() {
-                let mut sum = 0.0f32;
-                for tau in 0..kk {
-                    sum += ext[(t + tau) * rw + part * inner + c] * kern[c * kk + tau];
+            dst.fill(0.0);
+            for tau in 0..kk {
+                let x = &ext[(t + tau) * rw + part * inner..][..inner];
+                for ((o, &xv), &wv) in dst
+                    .iter_mut()
+                    .zip(x)
+                    .zip(&kern[tau * inner..(tau + 1) * inner])
+                {
+                    *o += xv * wv;
                 }
-                *o = silu(sum);
+            }
+            for o in dst.iter_mut() {
+                *o = silu(*o);
             }
         };
         let row = &mut steps[t * sf..(t + 1) * sf];
