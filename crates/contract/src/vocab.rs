@@ -103,6 +103,17 @@ pub(crate) fn check_vocab<'f>(
         }
         return (None, special);
     };
+    if matches!(model, "none" | "no_vocab") {
+        // llama.cpp's model without a tokenizer (token ids only; its size from
+        // `<arch>.vocab_size`, which the target's contract holds to the embedding).
+        if c.file.get(k::TOKENS).is_some() {
+            c.key_finding(
+                k::TOKENS,
+                format!("given with {} `{model}`, which has no tokens", k::MODEL),
+            );
+        }
+        return (None, special);
+    }
     let tokens = c.array(k::TOKENS, "ARRAY[STRING]", true, |a| match a {
         Array::String(v) => Some(&v[..]),
         _ => None,

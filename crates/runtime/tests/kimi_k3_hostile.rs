@@ -342,3 +342,46 @@ fn mutated_files_never_panic_and_stay_bounded() {
         "{ok} ok, {refused} refused"
     );
 }
+
+/// Files with llama.cpp's token-id-only vocabularies load and run: `tokenizer.ggml.model
+/// = "none"` without tokens (the size from `kimi-k3.vocab_size`), and the `test`
+/// tokenizer its own architecture tests write (`tok_i` strings, zero scores).
+#[test]
+fn token_id_only_vocabularies_are_accepted() {
+    use dspark_contract::names::tokenizer as tk;
+    let bytes = kimi_k3_gguf(&K3Geometry::tiny(), 8, GgmlType::F32);
+    let strip = |p: Parts| {
+        [tk::TOKENS, tk::TOKEN_TYPE, tk::MERGES, tk::PRE, tk::ADD_BOS]
+            .iter()
+            .fold(p, |p, k| p.remove(k))
+    };
+    let none = strip(Parts::of(&bytes))
+        .set(tk::MODEL, Value::String("none".into()))
+        .bytes();
+    assert!(findings(&none).is_empty(), "{:?}", findings(&none));
+    let test = strip(Parts::of(&bytes))
+        .set(tk::MODEL, Value::String("test".into()))
+        .set(
+            tk::TOKENS,
+            Value::Array(Array::String(
+                (0..512).map(|i| format!("tok_{i}")).collect(),
+            )),
+        )
+        .set(tk::SCORES, Value::Array(Array::F32(vec![0.0; 512])))
+        .bytes();
+    assert!(findings(&test).is_empty(), "{:?}", findings(&test));
+    for b in [none, test] {
+        let m = std::sync::Arc::new(KimiK3::open(std::sync::Arc::new(b)).unwrap());
+        let f = m
+            .session(8, 1)
+            .unwrap()
+            .forward_commit(&[1, 2, 3], &[], Logits::Last)
+            .unwrap();
+        assert_eq!(f.logits.len(), 512);
+    }
+    // Tokens beside "none" contradict it.
+    let bad = Parts::of(&bytes)
+        .set(tk::MODEL, Value::String("none".into()))
+        .bytes();
+    assert!(about(&findings(&bad), tk::TOKENS));
+}
