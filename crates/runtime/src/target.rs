@@ -107,10 +107,6 @@ pub trait Target {
     fn state_bytes(&self) -> u64 {
         0
     }
-    /// Seconds rollbacks spent replaying recurrent state since the last call.
-    fn take_replay_seconds(&mut self) -> f64 {
-        0.0
-    }
     /// Token embeddings, `tokens.len() × hidden`.
     fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()>;
     /// The LM head applied to already-normed hidden states (`n × hidden` → `n × vocab`).

@@ -447,14 +447,12 @@ pub fn write_k3_pair(
     seed: u64,
     progress: &dyn Fn(u64, u64) -> bool,
 ) -> crate::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| crate::SynthError::io(dir, e))?;
-    crate::write_atomic(
-        &dir.join("target.gguf"),
+    crate::target::write_pair_files(
+        dir,
         &kimi_k3_gguf(g, seed, GgmlType::Q8_0),
-    )?;
-    crate::write_atomic(
-        &dir.join("tokenizer.json"),
-        &SynthVocab::new(g.vocab).tokenizer_json(),
-    )?;
-    crate::drafter::write_synth(&g.drafter(), &dir.join("draft"), seed, progress)
+        g.vocab,
+        &g.drafter(),
+        seed,
+        progress,
+    )
 }

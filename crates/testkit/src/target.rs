@@ -356,14 +356,32 @@ pub fn write_pair(
     seed: u64,
     progress: &dyn Fn(u64, u64) -> bool,
 ) -> crate::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| crate::SynthError::io(dir, e))?;
-    crate::write_atomic(
-        &dir.join("target.gguf"),
+    write_pair_files(
+        dir,
         &qwen3_gguf(t, seed, GgmlType::Q8_0),
-    )?;
+        t.vocab,
+        &pair_drafter(t),
+        seed,
+        progress,
+    )
+}
+
+/// Writes `target` as `dir/target.gguf`, the synthetic vocabulary of `vocab` tokens as
+/// `dir/tokenizer.json` and the drafter checkpoint `drafter` in `dir/draft/`, each file
+/// atomically (the pair writers of every target kind).
+pub(crate) fn write_pair_files(
+    dir: &std::path::Path,
+    target: &[u8],
+    vocab: usize,
+    drafter: &crate::drafter::SynthGeometry,
+    seed: u64,
+    progress: &dyn Fn(u64, u64) -> bool,
+) -> crate::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| crate::SynthError::io(dir, e))?;
+    crate::write_atomic(&dir.join("target.gguf"), target)?;
     crate::write_atomic(
         &dir.join("tokenizer.json"),
-        &SynthVocab::new(t.vocab).tokenizer_json(),
+        &SynthVocab::new(vocab).tokenizer_json(),
     )?;
-    crate::drafter::write_synth(&pair_drafter(t), &dir.join("draft"), seed, progress)
+    crate::drafter::write_synth(drafter, &dir.join("draft"), seed, progress)
 }

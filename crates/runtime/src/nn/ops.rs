@@ -1,5 +1,6 @@
-//! Elementwise and per-row operations of the Qwen3 / DFlash forward pass: RMSNorm, SiLU
-//! and softmax, written from `shared/spec/runtime-math.md` §1.8.
+//! Elementwise and per-row operations of the forward passes: RMSNorm, SiLU, sigmoid,
+//! softplus and softmax, written from `shared/spec/runtime-math.md` §1.8 (sigmoid and
+//! softplus as ggml computes them, for Kimi K3).
 //!
 //! Sums use f64 in a fixed order (as ggml's `ggml_float` does for norms), so a row's result
 //! depends on that row only: batched and single-position forwards agree bit for bit.
@@ -12,10 +13,31 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
         x.len() == w.len() && x.len() == out.len(),
         "rms_norm lengths"
     );
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let scale = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    let scale = inv_rms(x, eps);
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = g * (v * scale);
+    }
+}
+
+/// `1 / sqrt(mean(x²) + eps)`, the sum in f64 in order: the scale [`rms_norm`] applies.
+pub fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32
+}
+
+/// The logistic sigmoid `1 / (1 + e^-x)` (ggml's `ggml_vec_sigmoid_f32`).
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `ln(1 + e^x)`, `x` itself above 20 (ggml's `ggml_softplus` threshold).
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
     }
 }
 

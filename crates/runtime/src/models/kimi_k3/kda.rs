@@ -345,12 +345,11 @@ impl KdaState {
     }
 
     /// Returns to `u` positions after the commit (`u ≤ pending()`), by a snapshot when
-    /// one is held, else by replaying `u` steps from the base. True when it replayed.
-    pub fn rollback(&mut self, u: usize) -> bool {
+    /// one is held, else by replaying `u` steps from the base.
+    pub fn rollback(&mut self, u: usize) {
         let d = self.dims;
         let pending = self.pending();
         debug_assert!(u <= pending);
-        let mut replayed = false;
         if u < pending {
             if u == 0 {
                 self.at = At::Base;
@@ -362,7 +361,6 @@ impl KdaState {
                 self.at = At::Base;
                 self.run(u, &steps[..u * sf], None, Dest::Replay);
                 self.steps = steps;
-                replayed = true;
             }
             for v in self.snap_valid.iter_mut().skip(u) {
                 *v = false;
@@ -370,7 +368,6 @@ impl KdaState {
             self.inputs.truncate((d.window() + u) * d.input_floats());
             self.steps.truncate(u * d.step_floats());
         }
-        replayed
     }
 
     /// Makes the current state the base and forgets what undoing needed.

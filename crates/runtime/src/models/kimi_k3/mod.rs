@@ -41,7 +41,6 @@ pub mod kda;
 mod moe;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use dspark_contract::kimi_k3::{FfnRefs, KimiK3Hparams, MixerRefs, MlaQuery, SituRefs};
 use dspark_contract::{KimiK3File, SpecialTokens, TargetShape, TensorRef};
@@ -51,13 +50,13 @@ use rayon::prelude::*;
 
 use crate::error::{Result, RuntimeError};
 use crate::memory::{try_zeroed, zeroed};
-use crate::nn::ops::{norm_rows, rms_norm, silu, softmax};
+use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, silu, softmax, softplus};
 use crate::target::{check_rollback, Forward, Logits, Target};
 use crate::weights::{vector, ModelBytes, WeightRef};
 
 pub use crate::target::Rollback;
 use kda::{Dest, KdaDims, KdaState};
-use moe::{sigmoid, Moe, Routing, Situ, SituFfn};
+use moe::{Moe, Routing, Situ, SituFfn};
 
 /// `ys[i] = ws[i] · x`, in one parallel pass when the matrices share type and input size.
 pub(crate) fn multi_gemm(bytes: &[u8], ws: &[&WeightRef], x: &[f32], ys: &mut [&mut [f32]]) {
@@ -387,9 +386,9 @@ impl KimiK3 {
     }
 
     /// Bytes of a session for `capacity` positions that may leave up to `undo` positions
-    /// uncommitted: MLA caches, KDA states (two each) and what undoing `undo` positions
-    /// keeps; `snapshots` adds option A's buffers (one state per position of `undo`).
-    pub fn session_bytes(&self, capacity: usize, undo: usize, snapshots: bool) -> Option<u64> {
+    /// uncommitted: MLA caches, KDA states and what undoing `undo` positions keeps (option
+    /// A's buffers come on top: [`KimiK3::snapshot_bytes`]).
+    pub fn session_bytes(&self, capacity: usize, undo: usize) -> Option<u64> {
         let h = &self.hparams;
         let d = self.kda_dims();
         let mla = h.mla.iter().filter(|&&m| m).count() as u64;
@@ -397,12 +396,19 @@ impl KimiK3 {
         let cache = mla
             .checked_mul(capacity as u64)?
             .checked_mul(self.mla_row() as u64)?;
-        // The base, C's working buffer when anything may be undone, A's snapshots.
-        let states = 1 + u64::from(undo > 1) + if snapshots { undo as u64 } else { 0 };
+        // The base, and C's working buffer when anything may be undone.
+        let states = 1 + u64::from(undo > 1);
         let per_kda = states.checked_mul(d.state_floats() as u64)?.checked_add(
             ((d.window() + undo) * d.input_floats() + undo * d.step_floats()) as u64,
         )?;
         cache.checked_add(kda.checked_mul(per_kda)?)?.checked_mul(4)
+    }
+
+    /// Bytes of option A's snapshot buffers for `undo` positions (one state per position
+    /// and KDA layer), allocated on a session's first forward under it.
+    pub fn snapshot_bytes(&self, undo: usize) -> u64 {
+        let per = self.kda_dims().state_floats() as u64 * self.hparams.kda_layers() as u64;
+        4u64.saturating_mul(per).saturating_mul(undo as u64)
     }
 
     /// Bytes one forward of `rows` positions holds at its peak besides the weights and
@@ -467,13 +473,13 @@ impl KimiK3 {
         }
         let undo = undo.min(capacity);
         let what = format!("the target's caches and recurrent state for {capacity} positions");
-        let bytes =
-            self.session_bytes(capacity, undo, false)
-                .ok_or_else(|| RuntimeError::Memory {
-                    what: what.clone(),
-                    bytes: u64::MAX,
-                    available: crate::memory::available_memory(),
-                })?;
+        let bytes = self
+            .session_bytes(capacity, undo)
+            .ok_or_else(|| RuntimeError::Memory {
+                what: what.clone(),
+                bytes: u64::MAX,
+                available: crate::memory::available_memory(),
+            })?;
         crate::memory::check_fits(bytes, &what)?;
         let mut mla = Vec::new();
         let mut kda = Vec::new();
@@ -493,7 +499,6 @@ impl KimiK3 {
             mla,
             kda,
             mode: Rollback::Replay,
-            replay_seconds: 0.0,
             attention: Attention::F32,
         })
     }
@@ -514,12 +519,6 @@ impl KimiK3 {
 struct Checkpoint {
     rows: Vec<f32>,
     scale: Vec<f32>,
-}
-
-/// `1 / sqrt(mean(x²) + eps)` of a row, as [`rms_norm`] computes it.
-fn inv_rms(x: &[f32], eps: f32) -> f32 {
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32
 }
 
 impl Checkpoint {
@@ -574,7 +573,6 @@ pub struct KimiK3Session {
     /// Per KDA layer, in layer order.
     kda: Vec<KdaState>,
     mode: Rollback,
-    replay_seconds: f64,
     attention: Attention,
 }
 
@@ -651,7 +649,7 @@ impl KimiK3Session {
             // them, the session replays instead (the same state, another cost).
             let need = self.undo;
             let what = format!("the target's KDA snapshots for {need} positions (rollback A)");
-            let bytes = 4 * (need * self.model.kda_dims().state_floats() * self.kda.len()) as u64;
+            let bytes = self.model.snapshot_bytes(need);
             let fits = crate::memory::check_fits(bytes, &what).is_ok()
                 && self
                     .kda
@@ -895,14 +893,6 @@ fn kda_forward(
     gemm(&w.output.matrix(bytes), &gated, out);
 }
 
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
 /// The MLA layer (absorbed form) of every row of `h` into `out`, writing positions
 /// `p0..p0 + n` of `cache`.
 #[allow(clippy::too_many_arguments)]
@@ -1137,13 +1127,8 @@ impl Target for KimiK3Session {
 
     fn rollback(&mut self, to: usize) -> Result<()> {
         check_rollback(self.committed, self.len, to)?;
-        let t = Instant::now();
-        let mut replayed = false;
         for k in &mut self.kda {
-            replayed |= k.rollback(to - self.committed);
-        }
-        if replayed {
-            self.replay_seconds += t.elapsed().as_secs_f64();
+            k.rollback(to - self.committed);
         }
         self.len = to;
         Ok(())
@@ -1187,9 +1172,5 @@ impl Target for KimiK3Session {
 
     fn set_rollback(&mut self, mode: Rollback) {
         self.mode = mode;
-    }
-
-    fn take_replay_seconds(&mut self) -> f64 {
-        std::mem::take(&mut self.replay_seconds)
     }
 }

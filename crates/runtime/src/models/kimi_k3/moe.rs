@@ -12,7 +12,7 @@ use dspark_contract::kimi_k3::Gating;
 use dspark_quant::gemm::{gemm, gemm_local};
 use rayon::prelude::*;
 
-use crate::nn::ops::rms_norm;
+use crate::nn::ops::{rms_norm, sigmoid, softplus};
 use crate::weights::WeightRef;
 
 use super::multi_gemm;
@@ -40,12 +40,6 @@ impl Situ {
             *a = act * up;
         }
     }
-}
-
-/// The logistic sigmoid.
-#[inline]
-pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 /// Gate, up and down projections with SiTU.
@@ -161,15 +155,6 @@ impl Routing {
             }
         }
         (chosen, w)
-    }
-}
-
-/// `ln(1 + e^x)`, exact for large x.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
     }
 }
 
