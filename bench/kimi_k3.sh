@@ -8,6 +8,8 @@
 # Environment (defaults in brackets):
 #   GEOMETRY   dspark synth geometry of the target [kimi-k3-small]
 #   SEED       synth seed [0]
+#   QUANT      llama-quantize type the synth target is requantized to first, e.g.
+#              MXFP4_MOE (routed experts in MXFP4, as published K3 files) [none]
 #   THREADS    thread count [2]
 #   DEPTH      context positions before the measured step [64]
 #   VERIFY     verify width [8]
@@ -53,12 +55,20 @@ if [ ! -f "$T/target.gguf" ]; then
   "$DSPARK" synth --geometry "$GEOMETRY" --seed "$SEED" --out "$T"
 fi
 [ -f "$T/draft.gguf" ] || "$DSPARK" convert "$T/draft" -o "$T/draft.gguf" --quiet
+TARGET="$T/target.gguf"
+if [ -n "${QUANT:-}" ]; then
+  TARGET="$T/target-$QUANT.gguf"
+  if [ ! -f "$TARGET" ]; then
+    "$LLAMA_BIN/llama-quantize" --allow-requantize "$T/target.gguf" "$TARGET.tmp" "$QUANT" > "$T/quantize-$QUANT.log" 2>&1
+    mv "$TARGET.tmp" "$TARGET"
+  fi
+fi
 
 STEPS="$WORK/steps.jsonl"
 : > "$STEPS"
 for r in $(seq 1 "$ROUNDS"); do
-  d=$("$DSPARK" bench --target "$T/target.gguf" -t "$THREADS" --verify "$VERIFY" --context "$DEPTH" --json)
-  l=$("$LLAMA_BIN/llama-bench" -m "$T/target.gguf" -t "$THREADS" -d "$DEPTH" -p "$VERIFY" -n 16 -r 3 -o json 2>/dev/null)
+  d=$("$DSPARK" bench --target "$TARGET" -t "$THREADS" --verify "$VERIFY" --context "$DEPTH" --json)
+  l=$("$LLAMA_BIN/llama-bench" -m "$TARGET" -t "$THREADS" -d "$DEPTH" -p "$VERIFY" -n 16 -r 3 -o json 2>/dev/null)
   python3 - "$d" "$l" >> "$STEPS" <<'EOF'
 import json, sys
 d = json.loads(sys.argv[1]); l = json.loads(sys.argv[2])
@@ -71,7 +81,7 @@ SPEC="$WORK/spec.jsonl"
 : > "$SPEC"
 for p in $(seq 0 $((PROMPTS - 1))); do
   toks=$(python3 -c "import random; r=random.Random($p); print(','.join(str(r.randrange(256)) for _ in range(8 + 8 * $p)))")
-  run() { "$DSPARK" generate -m "$T/target.gguf" --prompt-tokens "$toks" -n "$TOKENS" --ignore-eos --json -t "$THREADS" "$@"; }
+  run() { "$DSPARK" generate -m "$TARGET" --prompt-tokens "$toks" -n "$TOKENS" --ignore-eos --json -t "$THREADS" "$@"; }
   plain=$(run)
   for cfg in "fixed replay" "fixed snapshots" "adaptive auto"; do
     set -- $cfg
@@ -88,7 +98,7 @@ EOF
   done
 done
 
-python3 - "$STEPS" "$SPEC" "$OUT" "$GEOMETRY" "$THREADS" "$DEPTH" "$VERIFY" <<'EOF'
+python3 - "$STEPS" "$SPEC" "$OUT" "$GEOMETRY${QUANT:+ $QUANT}" "$THREADS" "$DEPTH" "$VERIFY" <<'EOF'
 import json, statistics as st, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
 spec = [json.loads(l) for l in open(sys.argv[2])]

@@ -3,10 +3,14 @@
 //
 //   llama_dump MODEL.gguf (--tokens 5,17,300 | --prompt TEXT) [--threads N] [--ctk f16|f32|bf16|q8_0]
 //               [--fa on|off|auto] [--batch 0|1] [--chunks 3,2,...] [--ubatch N] [--n-ctx N]
-//               [--greedy N] [--stop-eog] [--gen-text FILE] [--mmap] [--no-repack] [--verbose] --out OUT.json
+//               [--greedy N] [--gen-top K] [--no-logits] [--stop-eog] [--gen-text FILE] [--mmap] [--no-repack]
+//               [--verbose] --out OUT.json
 //
 // Output: {"model":..., "tokens":[...], "n_vocab":V, "type_k":"f16", "flash_attn":true,
-//          "logits":[[V floats] per prompt position], "argmax":[...], "generated":[...]}
+//          "logits":[[V floats] per prompt position], "argmax":[...], "generated":[...],
+//          "gen_top":[[[id, logit] x K] per generated token]}
+// --gen-top K keeps the K largest logits of every greedy step; --no-logits leaves out
+// "logits" (the prompt's full rows).
 #include "llama.h"
 #include "ggml.h"
 
@@ -33,7 +37,8 @@ static void usage(const char * argv0) {
         "usage: %s MODEL.gguf (--tokens 5,17,300 | --prompt TEXT) --out OUT.json\n"
         "       [--threads N=2] [--ctk f16|f32|bf16|q8_0 (default f16; V type is set equal, MLA requires it)]\n"
         "       [--fa on|off|auto (default auto)] [--batch 0|1 (1 = token by token)] [--chunks 3,2,...]\n"
-        "       [--ubatch N (default = n_batch)] [--n-ctx N] [--greedy N] [--stop-eog] [--gen-text FILE] [--mmap] [--no-repack] [--verbose]\n",
+        "       [--ubatch N (default = n_batch)] [--n-ctx N] [--greedy N] [--gen-top K] [--no-logits] [--stop-eog]\n"
+        "       [--gen-text FILE] [--mmap] [--no-repack] [--verbose]\n",
         argv0);
 }
 
@@ -56,6 +61,18 @@ static int argmax(const float * v, int n) {
     return best;
 }
 
+// the k largest logits, largest first (ties: lower id first, argmax's choice)
+static std::vector<std::pair<int, float>> top_k(const float * v, int n, int k) {
+    std::vector<int> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = i;
+    k = std::min(k, n);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    std::vector<std::pair<int, float>> out;
+    for (int i = 0; i < k; ++i) out.emplace_back(ids[i], v[ids[i]]);
+    return out;
+}
+
 // parse "<key> = value" style entries from the captured log
 static std::string find_after(const std::string & hay, const std::string & needle, size_t from = 0) {
     size_t p = hay.rfind(needle);
@@ -70,7 +87,8 @@ int main(int argc, char ** argv) {
     std::string model_path, out_path, gen_text_path, prompt, ctk = "f16", fa = "auto";
     std::vector<int> tokens, chunks;
     bool have_tokens = false, have_prompt = false, stop_eog = false, use_mmap = false, repack = true;
-    int n_threads = 2, batch1 = 0, n_greedy = 0, n_ubatch = 0, n_ctx_arg = 0;
+    int n_threads = 2, batch1 = 0, n_greedy = 0, n_ubatch = 0, n_ctx_arg = 0, gen_top = 0;
+    bool no_logits = false;
 
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -88,6 +106,8 @@ int main(int argc, char ** argv) {
         else if (a == "--ubatch")  { n_ubatch = std::atoi(next().c_str()); }
         else if (a == "--n-ctx")   { n_ctx_arg = std::atoi(next().c_str()); }
         else if (a == "--greedy")  { n_greedy = std::atoi(next().c_str()); }
+        else if (a == "--gen-top") { gen_top = std::atoi(next().c_str()); }
+        else if (a == "--no-logits") { no_logits = true; }
         else if (a == "--stop-eog"){ stop_eog = true; }
         else if (a == "--mmap")    { use_mmap = true; }
         else if (a == "--no-repack") { repack = false; }
@@ -221,8 +241,10 @@ int main(int argc, char ** argv) {
 
     // ---- greedy continuation (pure argmax, one token per decode) ----
     std::vector<int> generated;
+    std::vector<std::vector<std::pair<int, float>>> gen_tops;
     if (n_greedy > 0) {
         int next = argmax(logits.back().data(), n_vocab);
+        if (gen_top > 0) gen_tops.push_back(top_k(logits.back().data(), n_vocab, gen_top));
         for (int g = 0; g < n_greedy; ++g) {
             if (stop_eog && llama_vocab_is_eog(vocab, next)) break;
             generated.push_back(next);
@@ -237,6 +259,7 @@ int main(int argc, char ** argv) {
             if (rc != 0) { fprintf(stderr, "llama_decode (greedy) failed rc=%d at pos %d\n", rc, pos); return 1; }
             pos++;
             next = argmax(llama_get_logits_ith(ctx, 0), n_vocab);
+            if (gen_top > 0) gen_tops.push_back(top_k(llama_get_logits_ith(ctx, 0), n_vocab, gen_top));
         }
     }
     llama_batch_free(batch);
@@ -275,17 +298,30 @@ int main(int argc, char ** argv) {
         for (size_t i = 0; i < generated.size(); ++i) fprintf(f, "%s%d", i ? ", " : "", generated[i]);
         fprintf(f, "]");
     }
-    fprintf(f, ",\n\"logits\": [\n");
-    for (int i = 0; i < n_prompt; ++i) {
-        fprintf(f, "[");
-        for (int v = 0; v < n_vocab; ++v) {
-            float x = logits[i][v];
-            if (std::isfinite(x)) fprintf(f, "%s%.9g", v ? "," : "", x);
-            else fprintf(f, "%s%s", v ? "," : "", std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity"));
+    if (gen_top > 0) {
+        fprintf(f, ",\n\"gen_top\": [");
+        for (size_t i = 0; i < generated.size(); ++i) {
+            fprintf(f, "%s[", i ? ", " : "");
+            for (size_t j = 0; j < gen_tops[i].size(); ++j)
+                fprintf(f, "%s[%d, %.9g]", j ? ", " : "", gen_tops[i][j].first, gen_tops[i][j].second);
+            fprintf(f, "]");
         }
-        fprintf(f, "]%s\n", i + 1 < n_prompt ? "," : "");
+        fprintf(f, "]");
     }
-    fprintf(f, "]}\n");
+    if (!no_logits) {
+        fprintf(f, ",\n\"logits\": [\n");
+        for (int i = 0; i < n_prompt; ++i) {
+            fprintf(f, "[");
+            for (int v = 0; v < n_vocab; ++v) {
+                float x = logits[i][v];
+                if (std::isfinite(x)) fprintf(f, "%s%.9g", v ? "," : "", x);
+                else fprintf(f, "%s%s", v ? "," : "", std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity"));
+            }
+            fprintf(f, "]%s\n", i + 1 < n_prompt ? "," : "");
+        }
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
     fclose(f);
 
     fprintf(stderr, "llama_dump: wrote %d x %d logits to %s", n_prompt, n_vocab, out_path.c_str());

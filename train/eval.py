@@ -1,5 +1,5 @@
 """Step 6 - evaluation: greedy (T=0) DSpark speculative decoding in PyTorch with
-exactly the runtime's math (dspark runtime, shared/spec/runtime-math.md):
+exactly the runtime's math (dspark runtime, docs/RUNTIME-MATH.md):
 
   prefill: target over the prompt, capture features f_p (residual stream after
            the capture layers, pre final norm, concatenated in id order); anchor

@@ -1,33 +1,49 @@
-//! Any bytes as a model file, through the runtime loaders: as a Qwen3 target (parse →
-//! contract → load → a two-token forward), as a Kimi K3 target (the same, then a rollback
-//! by each ReplaySSM option) and as a drafter (→ a block draft on a head-only
-//! stand-in of the shape it records). A checked model must run; anything else must be a
-//! typed error.
+//! Any bytes as a model file, through the runtime loaders: as a target of any
+//! architecture (parse → contract → the factory's load → a forward; a recurrent target
+//! then rolls back by each ReplaySSM option) and as a drafter (→ a block draft on a
+//! head-only stand-in of the shape it records). A checked model must run or name a
+//! non-finite value at its first forward (values are checked when first read); anything
+//! else must be a typed error.
 #![no_main]
 
 use std::sync::Arc;
 
 use dspark_contract::TargetShape;
-use dspark_runtime::{Drafter, KimiK3, Logits, Qwen3, Rollback, Target};
-use dspark_testkit::head_only::HeadOnlyTarget;
+use dspark_runtime::{
+    open_target, Attention, Drafter, Logits, Rollback, RuntimeError, SessionOptions,
+};
+use dspark_synth::head_only::HeadOnlyTarget;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(model) = Qwen3::open(Arc::new(data.to_vec())) {
-        let model = Arc::new(model);
-        let mut s = model.session(4.min(model.hparams().context)).expect("a few positions");
-        let f = s.forward(&[0], &[0], Logits::Last).expect("a checked target runs");
-        assert_eq!(f.logits.len(), model.shape().vocab);
-    }
-    if let Ok(model) = KimiK3::open(Arc::new(data.to_vec())) {
-        let model = Arc::new(model);
-        let mut s = model.session(4.min(model.hparams().context), 2).expect("a few positions");
-        for mode in [Rollback::Snapshots, Rollback::Replay] {
-            s.set_rollback(mode);
-            let f = s.forward(&[0, 0], &[0], Logits::All).expect("a checked target runs");
-            assert_eq!(f.logits.len(), 2 * model.shape().vocab);
-            s.rollback(s.committed() + 1).expect("a kept position");
-            s.rollback(s.committed()).expect("the commit");
+    if let Ok(opened) = open_target(Arc::new(data.to_vec()), None) {
+        let model = opened.model;
+        let vocab = model.shape().vocab;
+        let positions = 4.min(model.context());
+        let mut s = Arc::clone(&model)
+            .session(&SessionOptions { positions, undo: 2, attention: Attention::F32 })
+            .expect("a few positions");
+        // Values are checked by the first forward that reads them.
+        let first = s.forward(&[0], &[0], Logits::Last);
+        if let Err(e) = &first {
+            assert!(
+                matches!(e, RuntimeError::Tensor { msg, .. } if msg.contains("is not finite")),
+                "a checked target runs: {e}"
+            );
+            return;
+        }
+        s.rollback(s.committed()).expect("the commit");
+        if s.recurrent() {
+            for mode in [Rollback::Snapshots, Rollback::Replay] {
+                s.set_rollback(mode);
+                let f = s.forward(&[0, 0], &[0], Logits::All).expect("a checked target runs");
+                assert_eq!(f.logits.len(), 2 * vocab);
+                s.rollback(s.committed() + 1).expect("a kept position");
+                s.rollback(s.committed()).expect("the commit");
+            }
+        } else {
+            let f = s.forward(&[0], &[0], Logits::Last).expect("a checked target runs");
+            assert_eq!(f.logits.len(), vocab);
         }
     }
     let Ok(file) = dspark_gguf::GgufFile::parse(data) else { return };

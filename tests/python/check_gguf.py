@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent checker for the GGUF files written by `dspark convert`.
 
-Written from the project's specs (shared/spec/output-contract.md, gguf-and-contract.md),
+Written from the project's docs (docs/OUTPUT-CONTRACT.md, docs/GGUF.md),
 not from the Rust code, on top of llama.cpp's own `gguf` Python package:
 
 * the file is read with `gguf.GGUFReader` (so gguf-py can read it), then its layout
@@ -58,7 +58,7 @@ CHUNK_ELEMS = 1 << 24  # elements of source data handled at once (bounds memory)
 HASH_CHUNK = 1 << 24
 
 # ----------------------------------------------------------------------------------------
-# Metadata contract (output-contract.md §3), in file order.
+# Metadata contract (docs/OUTPUT-CONTRACT.md §3), in file order.
 # presence: "required" (runtimes read it), "always" (the contract always writes it),
 # "optional" (written only in some cases), "markov" / "confidence" (written when that head
 # is present).
@@ -125,7 +125,7 @@ BASE_MODEL_FIELDS = ["name", "organization", "repo_url"]
 FILE_TYPE_TO_MATRIX = {0: QT.F32, 1: QT.F16, 7: QT.Q8_0, 32: QT.BF16}
 
 # ----------------------------------------------------------------------------------------
-# Tensor contract (output-contract.md §1, §2; gguf-and-contract.md §6.2, §6.3)
+# Tensor contract (docs/OUTPUT-CONTRACT.md §1, §2; docs/GGUF.md §6.2, §6.3)
 # ----------------------------------------------------------------------------------------
 LAYER_SUFFIXES = [
     "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
@@ -322,7 +322,7 @@ def load_source(root: Path) -> Source:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise SourceError(f"{index.name}: {e!r}") from None
-        # The contract lists shard files sorted by name (output-contract.md §3 note).
+        # The contract lists shard files sorted by name (docs/OUTPUT-CONTRACT.md §3, decisions).
         files: list[str] = sorted(set(weight_map.values()))
         for shard in files:
             if "/" in shard or "\\" in shard or not (root / shard).is_file():
@@ -503,7 +503,7 @@ class Checker:
                 self.fail(f"key {key} ({sig_name(field_sig(f))}) is not in the output contract")
         if isinstance(count, int) and base_ids and max(base_ids) >= count:
             self.fail(f"general.base_model.{max(base_ids)}.* present but general.base_model.count is {count}")
-        # order (output-contract.md §3 "Metadata, in this order")
+        # order (docs/OUTPUT-CONTRACT.md §3)
         prev: tuple[int, ...] | None = None
         prev_key = ""
         base_rank = KEY_RANK["general.base_model.count"]
@@ -805,7 +805,7 @@ class Checker:
                         self.fail(f"provenance.source.sha256 for {f} is {s}, file hashes to {self.src_hashes[f]}")
 
     def check_config(self, cfg: dict[str, Any]) -> None:
-        """Cross-check the values a runtime needs against config.json (geometries.md rules)."""
+        """Cross-check the values a runtime needs against config.json (docs/GGUF.md §6.4 rules)."""
         scopes = [cfg.get("dflash_config") or {}, cfg, cfg.get("transformer_layer_config") or {}]
 
         def get(*names: str) -> Any:
@@ -850,7 +850,7 @@ class Checker:
         ]
         sfa = get("sample_from_anchor")
         markov = "dflash.dspark.markov.w1" in self.by_name
-        # geometries.md: absent from the config -> true with a Markov head, false without
+        # docs/GGUF.md §6.4: absent from the config -> true with a Markov head, false without
         checks.append(("dflash.sample_from_anchor", bool(sfa) if sfa is not None else markov))
         if "dflash.dspark.confidence.weight" in self.by_name:
             checks.append(("dflash.dspark.confidence_with_markov", get("confidence_head_with_markov")))

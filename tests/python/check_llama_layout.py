@@ -2,7 +2,7 @@
 """Independent check of a llama.cpp-layout drafter written by `dspark convert --layout
 llama.cpp`, on top of llama.cpp's own `gguf` Python package.
 
-Written from shared/spec/llama-cpp/llama-cpp-dflash-layout.md (llama.cpp's converter and
+Written from docs/LLAMA-CPP.md §2 (llama.cpp's converter and
 loader), not from the Rust code:
 
 * metadata: `general.architecture` = `dflash`; the keys llama.cpp's loader reads with
@@ -10,8 +10,8 @@ loader), not from the Rust code:
   an INT32 array of 1-based layer inputs); every `tokenizer.*` key identical (type and
   value, in order) to the target GGUF's; `tokenizer.ggml.mask_token_id` inside the vocab;
 * tensors: exactly the set llama.cpp's `load_arch_tensors` creates for a Qwen3-backbone
-  DSpark drafter, with the ggml shapes of §3.2, every 2-D `.weight` at the file type's
-  matrix type (F16 when its rows are not whole Q8_0 blocks) and the rest F32 (§3.3);
+  DSpark drafter, with the ggml shapes of §2.4, every 2-D `.weight` at the file type's
+  matrix type (F16 when its rows are not whole Q8_0 blocks) and the rest F32 (§2.5);
 * with `--dflash-draft OTHER.gguf` (the default-layout conversion of the same source):
   every tensor's bytes equal its counterpart's, the confidence weight equal to gguf-py's
   own quantization of the counterpart's F32 values; the geometry keys agree, and
@@ -114,7 +114,7 @@ def main() -> int:
     if mask is not None and not 0 <= mask < V:
         fail(f"mask id {mask} outside the vocabulary of {V}")
 
-    # Tensors: the set and ggml shapes of load_arch_tensors (§3.2).
+    # Tensors: the set and ggml shapes of load_arch_tensors (docs/LLAMA-CPP.md §2.4).
     if None in (E, n_layer, F, H, H_kv, D, ftype):
         return report()
     k = len(layers)

@@ -7,8 +7,8 @@ A test oracle for dspark's draft step: given a Qwen3 target GGUF (llama.cpp ``qw
 ``dflash-draft`` drafter GGUF and a prompt, it computes the FIRST draft round after prefilling the
 prompt: the anchor x0 (the target's greedy next token), the drafter's block forward, the base
 logits through the target's lm head, and -- when the file has them -- the vanilla Markov head chain
-and the confidence head. Written from /work/shared/spec/runtime-math.md sections 1.1-1.8, 2.1-2.3,
-3.1 and 3.3 and the GGUF contract (gguf-and-contract.md section 5); it shares no code with the Rust
+and the confidence head. Written from the math of docs/RUNTIME-MATH.md sections 1.1-1.8, 2.1-2.3,
+3.1 and 3.3 and the GGUF contract (docs/GGUF.md section 5); it shares no code with the Rust
 crates. The target part reuses tests/reference/qwen3_ref.py (``Qwen3Gguf``, ``forward_model``,
 ``rms_norm``, ``rope_neox``, ``silu``). Weights are dequantized exactly with gguf-py and all
 arithmetic is float64.
@@ -154,7 +154,7 @@ class DraftGguf(Qwen3Gguf):
             orig = self._field(k("rope.scaling.original_context_length"))
             rope.orig_ctx = int(orig)
             fac = self._field(k("rope.scaling.factor"), None)
-            if fac is None:  # spec 2.2 step 5: s = max_position_embeddings / L0
+            if fac is None:  # HF's rule (docs/RUNTIME-MATH.md 2.2): s = max_position_embeddings / L0
                 fac = float(self._field(k("context_length"))) / rope.orig_ctx
             rope.factor = float(fac)
             rope.beta_fast = float(self._field(k("rope.scaling.yarn_beta_fast"), 32.0))
@@ -388,7 +388,7 @@ def draft_block_forward(draft: DraftGguf, c: np.ndarray, ctx_pos: Sequence[int],
 
 
 def draft_rows(hp: DraftHparams) -> list[int]:
-    """Block rows that produce drafts, in draft order (spec 1.7)."""
+    """Block rows that produce drafts, in draft order (docs/RUNTIME-MATH.md 1.7)."""
     return list(range(hp.block_size)) if hp.sample_from_anchor else list(range(1, hp.block_size))
 
 

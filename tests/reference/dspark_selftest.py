@@ -2,7 +2,7 @@
 """Self-consistency tests of dspark_ref.py on tiny random target + drafter GGUFs (built in a fresh /tmp dir).
 
 Checks:
-  * YaRN: corr dims, low/high, mscale and the frequencies of runtime-math.md section 2.3's table;
+  * YaRN: corr dims, low/high, mscale and the frequencies of docs/RUNTIME-MATH.md section 2.3's table;
     the HF form used by dspark_ref equals an independently written llama.cpp-style form; factor 1
     is plain RoPE.
   * drafter GGUF read-back (hyperparameters, YaRN keys, every tensor in (rows, cols) orientation).
@@ -274,7 +274,7 @@ def main() -> int:
     tmp = args.keep or tempfile.mkdtemp(prefix="dsparkref_", dir="/tmp")
     os.makedirs(tmp, exist_ok=True)
 
-    # ---- YaRN table (spec 2.3: r=64, theta=1e4, s=16) -------------------------------------------
+    # ---- YaRN table (docs/RUNTIME-MATH.md 2.3: r=64, theta=1e4, s=16) ----------------------------
     for L0, cf, cs, low, high, wl_i, wl, w31, xi, xw in [
             (4096, 10.4722, 22.5134, 10, 23, 10, 0.0562341325, 8.33450895e-06, 16, 0.00567307692),
             (65536, 20.1052, 32.1464, 20, 33, 20, 0.00316227766, 2.75679911e-05, 26, 0.000319020559)]:
@@ -284,10 +284,10 @@ def main() -> int:
               and t["high"] == high and abs(t["mscale"] - 1.277259) < 5e-7 and om[0] == 1.0
               and abs(om[wl_i] / wl - 1) < 5e-9 and abs(om[31] / w31 - 1) < 5e-9 and abs(om[xi] / xw - 1) < 5e-9)
         check(ok, f"yarn L0={L0}: corr {t['corr_fast']:.4f}/{t['corr_slow']:.4f}, low/high {t['low']:.0f}/{t['high']:.0f}, "
-                  f"mscale {t['mscale']:.6f}, omega_{wl_i} {om[wl_i]:.10g}, omega_31 {om[31]:.9g}, omega_{xi} {om[xi]:.9g} == spec 2.3")
+                  f"mscale {t['mscale']:.6f}, omega_{wl_i} {om[wl_i]:.10g}, omega_31 {om[31]:.9g}, omega_{xi} {om[xi]:.9g} == RUNTIME-MATH 2.3")
     t = ref.yarn_tables(64, 1e4, 16.0, 65536)
     check(abs(t["ramp"][31] - (31 - 20) / 13) < 1e-15 and abs((1 - t["ramp"][31]) - 0.153846) < 1e-6,
-          "yarn L0=65536: lowest frequency keeps 15.4% extrapolation weight (spec note)")
+          "yarn L0=65536: lowest frequency keeps 15.4% extrapolation weight (RUNTIME-MATH 2.3)")
     worst = 0.0
     for (r, th, s, L0, bf, bs) in [(64, 1e4, 16, 4096, 32, 1), (16, 1e4, 4, 64, 32, 1), (128, 1e6, 8, 32768, 16, 2),
                                    (16, 1e6, 2.5, 1e9, 32, 1)]:

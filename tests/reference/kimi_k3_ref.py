@@ -3,8 +3,8 @@
 
 What it is
 ----------
-A test oracle for the dspark Rust runtime, written from shared/spec/llama-cpp/kimi-k3-layout.md (§1 keys,
-§2 tensors, §3 forward math) and runtime-math.md §1.1 (taps) / §6.3 (KDA), checked against llama.cpp's
+A test oracle for the dspark Rust runtime, written from docs/KIMI-K3.md (the kimi-k3 layout: keys,
+tensors, forward pass) and docs/RUNTIME-MATH.md §1.1 (taps) / §6.3 (KDA), checked against llama.cpp's
 src/models/kimi-k3.cpp, llama-graph.cpp build_moe_ffn and ggml-cpu ops.cpp (gated_delta_net, ssm_conv).
 It shares no code with the Rust crates. Weights of any type gguf-py can dequantize are dequantized exactly
 (gguf.quants.dequantize), then all arithmetic is float64.
@@ -42,7 +42,7 @@ The math (tokens t_0..t_{n-1}; no positions anywhere: K3 is NoPE)
       r = ffn_routed_down h (or h); y = Σ_e w_e down_e SiTU(gate_e r, up_e r); y = RMSNorm(y)·ffn_routed_norm
       if present; y = ffn_routed_up y if present; + shared experts on the full-width h.
 
-Taps (runtime-math §1.1, the project's choice): capturing layer l at a token gives the stream layer l+1
+Taps (docs/RUNTIME-MATH.md §1.1, the project's choice): capturing layer l at a token gives the stream layer l+1
 would consume as its attention input — a_in of layer l+1, i.e. ResMix(P after layer l; attn_res_score_{l+1})
 with the checkpoint stack as layer l+1's attention mix sees it (without layer l+1's own push); for the last
 layer the output mix ResMix(P; output_res_score). With block_size 0 the tap is P. Pre-norm. Id −1 = x_0.
@@ -356,6 +356,16 @@ class KimiK3Gguf:
         a = dequantize(t.data[np.asarray(idx)], self.qtype(name))
         return np.asarray(a, dtype=np.float32).reshape(len(idx), cols).astype(dtype)
 
+    def slab(self, name: str, idx: int, dtype=np.float64) -> np.ndarray:
+        """One slab (an expert, a head) of a 3-D tensor, dequantized alone: numpy shape (out, in). A
+        stacked expert tensor of a large model does not fit in memory as float64 whole."""
+        if name in self._cache:
+            return self._cache[name][idx].astype(dtype)
+        t = self.tensors[name]
+        shape = self.numpy_shape(name)[1:]
+        a = dequantize(t.data[idx], self.qtype(name))
+        return np.asarray(a, dtype=np.float32).reshape(shape).astype(dtype)
+
 
 # ---- state carried between chunks --------------------------------------------------------------
 
@@ -508,7 +518,7 @@ def forward_model(model: KimiK3Gguf, tokens: Sequence[int], capture: Sequence[in
 
     def lin_slice(a: np.ndarray, name: str, idx: int) -> np.ndarray:
         """Product with one slab (head / expert) of a 3-D weight: numpy shape (N, out, in)."""
-        return mm0(act(a, name), wt(name)[idx])
+        return mm0(act(a, name), model.slab(name, idx, dtype))
 
     # ---- sub-layers ---------------------------------------------------------------------------
     def kda(h, i, st):

@@ -6,7 +6,7 @@ For each configuration (q LoRA on/off, latent on/off, shared experts on/off, den
 F32/F16/BF16/Q8_0, MLA gate on/off, conv kernel 2 and 4, SiTU with and without the linear branch, d_in != hidden,
 all-KDA / all-MLA / MLA at layer 0) it checks:
   * metadata and tokenizer read back; every tensor == the generator's array after the gguf-py round trip of the
-    type the converter would use, with the spec's ne (orientation);
+    type the converter would use, with the ne of docs/KIMI-K3.md's tensor tables (orientation);
   * the vectorized forward == a separate naive per-token loop below (explicit window conv, loops over heads and
     key dims for KDA, scalar softmaxes, MLA in the *decompressed* form k = K_b c, v = V_b c unless Q8 activation
     rounding needs the absorbed one, explicit checkpoint-stack ResMix, scalar routing) to ~1e-12 relative,
@@ -418,7 +418,7 @@ def main() -> int:
                 spec_ne[b + "ffn_down_exps.weight"] = (cfg.expert_ffn, cfg.latent_width, cfg.experts)
                 if cfg.latent:
                     spec_ne[b + "ffn_routed_down.weight"] = (E, cfg.latent)
-        check(all(ne[n] == v for n, v in spec_ne.items()), f"{label} ne of {len(spec_ne)} tensors == spec §2 (orientation)")
+        check(all(ne[n] == v for n, v in spec_ne.items()), f"{label} ne of {len(spec_ne)} tensors == KIMI-K3.md tensors (orientation)")
         forced = [n for n in W if ("ffn_gate_inp" in n or "ssm_conv1d" in n or W[n].ndim == 1)]
         check(all(types[n] == GGMLQuantizationType.F32 for n in forced), f"{label} 1-D / router / conv tensors stored F32")
 

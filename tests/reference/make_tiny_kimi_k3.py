@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write a tiny random Kimi-K3 GGUF (llama.cpp ``kimi-k3`` layout) for the reference and the runtime.
 
-Written from shared/spec/llama-cpp/kimi-k3-layout.md (keys §1.1/§1.2, tensors §2, geometry §6); it shares
-no code with the Rust crates. Defaults = the spec's §6 4-layer geometry: hidden 64, 4 layers, H = 2 heads,
+Written from docs/KIMI-K3.md (the kimi-k3 layout: keys, tensors, loader constraints); it shares
+no code with the Rust crates. Defaults = the small 4-layer geometry given there: hidden 64, 4 layers, H = 2 heads,
 KDA head dim D = 32 (d_in = 64), conv kernel K = 4, layer 3 MLA (head_count_kv = [0, 0, 0, 1]), plain attn_q,
 kv_lora 32, rope 8, qk_nope 16, v_head 16, MLA sigmoid gate, 1 leading dense layer (ffn 128), 4 experts
 top-2, 1 shared expert, expert ffn 32, latent 32 with a routed norm, sigmoid gating, weights norm on,
@@ -93,7 +93,7 @@ class Config:
         return dataclasses.replace(self, **kw)
 
     def validate(self) -> None:
-        """The loader constraints of spec §6 (and llama-model.cpp L1359-1374) that a file must meet."""
+        """The loader constraints of docs/KIMI-K3.md (llama-model.cpp L1359-1374) that a file must meet."""
         c = self
         assert 1 <= c.layers <= 512, "block_count must be in [1, 512]"
         assert all(0 <= i < c.layers for i in c.mla_layers), "mla layer id out of range"

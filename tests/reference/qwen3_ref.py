@@ -6,7 +6,7 @@ What it is
 A test oracle for the dspark Rust runtime: given a llama.cpp-layout ``qwen3`` GGUF file and a token
 sequence, it computes the target's logits at every position and the "captured" hidden states of
 chosen layers (the residual stream right after decoder layer i, before the final norm -- the DFlash
-target features). It is written from the math (docs: /work/shared/spec/runtime-math.md sections
+target features). It is written from the math (docs/RUNTIME-MATH.md sections
 1.4, 1.8, 2.1) and shares no code with the Rust implementation. Every weight type (F32, F16,
 BF16, Q8_0, ...) is dequantized with gguf-py (``gguf.quants.dequantize``) to float32, which is
 exact, and then widened to float64; all arithmetic is float64, so the result is a more precise

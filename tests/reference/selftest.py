@@ -9,7 +9,7 @@ Checks:
   * causality: logits of every prefix equal the first rows of the full sequence's logits;
   * RoPE: position 0 is the identity, rotations preserve norms, q.k depends only on the position
     difference, and shifting all positions by a constant leaves logits unchanged;
-    frequencies match the spec's base values (theta=1e4, r=64: omega_10, omega_20);
+    frequencies match the base values of docs/RUNTIME-MATH.md 2.3 (theta=1e4, r=64: omega_10, omega_20);
   * captured hidden states: --capture order, layer L-1 + final norm + lm head reproduces logits,
     capture -1 = embedding rows; tied head uses token_embd;
   * the CLI's JSON equals forward().
@@ -146,7 +146,7 @@ def main() -> int:
           "rope: q.k depends only on the position difference")
     om = ref.rope_angles(np.array([1]), 64, 1e4)[0]
     check(abs(om[0] - 1) < 1e-15 and abs(om[10] - 0.0562341325) < 1e-10 and abs(om[20] - 0.00316227766) < 1e-11,
-          "rope: omega_j = theta^(-2j/r) matches spec 2.3 base values")
+          "rope: omega_j = theta^(-2j/r) matches RUNTIME-MATH 2.3 base values")
     xp = np.zeros((1, 1, 16)); xp[0, 0, 0] = 1.0  # e_0 at angle phi_0 = p*1 -> (cos p) e_0 + (sin p) e_8
     r = ref.rope_neox(xp, ref.rope_angles(np.array([3]), 16, 1e6), 16)[0, 0]
     check(abs(r[0] - np.cos(3)) < 1e-15 and abs(r[8] - np.sin(3)) < 1e-15 and abs(r).sum() - abs(r[0]) - abs(r[8]) < 1e-15,

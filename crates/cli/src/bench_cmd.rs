@@ -28,11 +28,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dspark_contract::TargetShape;
 use dspark_gguf::GgufFile;
+use dspark_runtime::generate::{fit_context, ContextAsk, Contexts};
 use dspark_runtime::sampling::{judge, Sampler};
 use dspark_runtime::Rollback;
-use dspark_runtime::{Drafter, Logits, Target};
-use dspark_testkit::head_only::HeadOnlyTarget;
-use dspark_testkit::rng::SplitMix64;
+use dspark_runtime::{Drafter, Logits, SessionOptions, Target};
+use dspark_synth::head_only::HeadOnlyTarget;
+use dspark_synth::rng::SplitMix64;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
@@ -41,7 +42,7 @@ use crate::{usage, Outcome};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Target model (a llama.cpp qwen3 GGUF).
+    /// Target model: a llama.cpp GGUF of an architecture dspark runs (`dspark inspect` says which).
     #[arg(short = 'm', long, visible_alias = "model")]
     pub target: Option<PathBuf>,
     /// Drafter (a dflash-draft GGUF; llama.cpp spelling: -md).
@@ -59,7 +60,7 @@ pub struct BenchArgs {
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
-    /// How a Kimi K3 target computes MLA attention: `f16` (the default, as llama.cpp's CPU
+    /// How attention is computed (llama targets and Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
     /// flash attention) or `f32` (see `generate --help`).
     #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
     pub attention: dspark_runtime::Attention,
@@ -207,17 +208,30 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
     let extra = verify.max(drafts + 1);
-    let positions = context
-        .checked_add(extra)
-        .filter(|&p| target.as_ref().is_none_or(|t| p <= t.model.context()));
-    let Some(positions) = positions else {
-        let ctx = target.as_ref().map_or(0, |t| t.model.context());
-        usage!("--context {context} and {extra} more positions exceed the target's context of {ctx} tokens");
+    // The measured steps need `context` positions and `extra` more, within the target's
+    // context and the drafter's (the runtime's one rule; a stand-in has no limit).
+    let contexts = Contexts {
+        target: target.as_ref().map_or(usize::MAX, |t| t.model.context()),
+        drafter: drafter.as_ref().and_then(|d| d.hparams().context),
     };
+    let ask = ContextAsk {
+        prompt: context,
+        max_tokens: extra,
+        context: None,
+        stop_at_context: false,
+    };
+    if let Err(e) = fit_context(contexts, &ask) {
+        usage!("--context {context} and {extra} measured positions: {e}");
+    }
+    let positions = context + extra;
     let mut session = match (&target, &a.target) {
         (Some(t), Some(p)) => Some(
-            t.model
-                .session(positions, extra, a.attention)
+            Arc::clone(&t.model)
+                .session(&SessionOptions {
+                    positions,
+                    undo: extra,
+                    attention: a.attention,
+                })
                 .map_err(|e| runtime_error(p, e))?,
         ),
         _ => None,

@@ -8,16 +8,13 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use dspark_convert::config::DraftConfig;
-use dspark_convert::plan::{
-    default_file_name, model_name, CarriedVocab, FileLayout, Options, OutType, Plan,
-};
+use dspark_convert::plan::{default_file_name, model_name, FileLayout, Options, OutType, Plan};
 use dspark_convert::report::{error_summary, Report};
 use dspark_convert::source::{Checkpoint, SourceLayout};
+use dspark_convert::vocab_from::{untappable, TargetVocab};
 use dspark_convert::write::write_gguf;
 use dspark_output::{check_distinct, check_output, parent_or_cwd, AtomicFile};
-use dspark_testkit::drafter::{write_synth, SynthGeometry};
-use dspark_testkit::kimi_k3::{write_k3_pair, K3Geometry};
-use dspark_testkit::target::{pair_drafter, write_pair, Qwen3Geometry};
+use dspark_synth::drafter::{write_synth, SynthGeometry};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{Outcome, CANCEL};
@@ -79,41 +76,6 @@ fn parse_layout(s: &str) -> Result<FileLayout, String> {
     FileLayout::parse(s).ok_or_else(|| format!("`{s}` is not one of dflash-draft, llama.cpp"))
 }
 
-/// The vocabulary and depth of `--vocab-from`: its `tokenizer.ggml.*` keys (its mask id
-/// excluded: the drafter's own is written), the SHA256 of the file, and
-/// `<arch>.block_count` when it has one.
-fn read_vocab(path: &Path) -> Result<(CarriedVocab, usize, Option<u64>)> {
-    let bytes = crate::mmap::map_input(path)?;
-    let file = dspark_gguf::GgufFile::parse(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let keys: Vec<(String, dspark_gguf::Value)> = file
-        .kvs()
-        .iter()
-        .filter(|(k, _)| {
-            k.starts_with("tokenizer.") && k.as_str() != dspark_contract::names::tokenizer::MASK_ID
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let tokens = match file.get(dspark_contract::names::tokenizer::TOKENS) {
-        Some(dspark_gguf::Value::Array(dspark_gguf::Array::String(t))) => t.len(),
-        _ => bail!(
-            "{}: no {} array: --vocab-from needs a GGUF that carries its tokenizer",
-            path.display(),
-            dspark_contract::names::tokenizer::TOKENS
-        ),
-    };
-    let depth = file
-        .get(dspark_contract::names::ARCHITECTURE)
-        .and_then(dspark_gguf::Value::as_str)
-        .and_then(|arch| file.get(&format!("{arch}.block_count")))
-        .and_then(|v| match v {
-            dspark_gguf::Value::U32(n) => Some(u64::from(*n)),
-            _ => None,
-        });
-    let sha256 = dspark_convert::verify::sha256_hex(&bytes);
-    Ok((CarriedVocab { keys, sha256 }, tokens, depth))
-}
-
 fn parse_outtype(s: &str) -> Result<OutType, String> {
     OutType::parse(s).ok_or_else(|| format!("`{s}` is not one of q8_0, f16, bf16, f32"))
 }
@@ -121,8 +83,11 @@ fn parse_outtype(s: &str) -> Result<OutType, String> {
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// Geometry: a drafter checkpoint (tiny: 119 K parameters, small: ≈ 250 M,
-    /// kimi-k3-dspark: 2.25 B, the reference), or a target and its drafter (qwen3-tiny,
-    /// qwen3-small, qwen3-0.6b: DIR/target.gguf, DIR/tokenizer.json and DIR/draft/).
+    /// kimi-k3-dspark: 2.25 B, the reference), or a target and its drafter
+    /// (DIR/target.gguf, DIR/tokenizer.json and DIR/draft/): qwen3-tiny, qwen3-small,
+    /// qwen3-0.6b, llama-tiny, llama-tiny-options, llama-small, llama-smollm2,
+    /// kimi-k3-tiny, kimi-k3-small, kimi-k3-large (38.5 GB, experts MXFP4: larger
+    /// than most machines' memory; written as a stream).
     #[arg(long)]
     pub geometry: String,
     /// Output folder (created if missing).
@@ -254,53 +219,6 @@ fn print_plan(plan: &Plan, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The target named by --vocab-from must have the drafter's vocabulary and hold every
-/// captured layer; a layer llama.cpp cannot tap is a warning.
-fn check_target_fit(
-    config: &DraftConfig,
-    path: &Path,
-    tokens: usize,
-    depth: Option<u64>,
-) -> Result<()> {
-    if tokens as u64 != config.vocab_size.value {
-        bail!(
-            "{}: the target has {tokens} tokens, but {} says {} ({})",
-            path.display(),
-            config.path.display(),
-            config.vocab_size.value,
-            config.vocab_size.from
-        );
-    }
-    if let Some(depth) = depth {
-        if let Some(bad) = config
-            .target_layer_ids
-            .value
-            .iter()
-            .find(|&&id| id >= depth)
-        {
-            bail!(
-                "{}: captured layer {bad} ({}) is outside the target's {depth} layers",
-                path.display(),
-                config.target_layer_ids.from
-            );
-        }
-        warn_untappable(config, depth, &path.display().to_string());
-    }
-    Ok(())
-}
-
-/// llama.cpp taps a target layer's input, so it cannot give the output of the last layer
-/// (`llama-cpp-dflash-layout.md` §6.1): a drafter capturing it aborts there.
-fn warn_untappable(config: &DraftConfig, depth: u64, depth_from: &str) {
-    for &id in &config.target_layer_ids.value {
-        if id + 1 == depth {
-            crate::diag!(
-                "dspark: warning: captured layer {id} is the last of the target's {depth} ({depth_from}): llama.cpp cannot tap its output (it aborts with \"layer input tensor is null\"); dspark can"
-            );
-        }
-    }
-}
-
 fn cancelled() -> Result<()> {
     if CANCEL.load(Ordering::SeqCst) {
         return Err(dspark_convert::error::ConvertError::Cancelled.into());
@@ -315,14 +233,17 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
             "--layout llama.cpp carries the target's vocabulary: give --vocab-from TARGET.gguf"
         );
     }
-    let carried = a.vocab_from.as_deref().map(read_vocab).transpose()?;
+    let target_vocab = match a.vocab_from.as_deref() {
+        Some(p) => Some(TargetVocab::read(p, &crate::mmap::map_input(p)?)?),
+        None => None,
+    };
     let options = Options {
         outtype: a.outtype,
         layout: a.layout,
-        vocab: carried
+        vocab: target_vocab
             .as_ref()
             .filter(|_| a.layout == FileLayout::LlamaCpp)
-            .map(|(v, _, _)| v.clone()),
+            .map(|t| t.carried.clone()),
         name: a.name.clone(),
         source_repo: a.source_repo.clone(),
         source_revision: a.source_revision.clone(),
@@ -362,15 +283,13 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
 
     // 2. The source, checked completely before any data is read.
     let config = DraftConfig::read(&layout.config_path())?;
-    if let (Some((_, tokens, depth)), Some(path)) = (&carried, &a.vocab_from) {
-        check_target_fit(&config, path, *tokens, *depth)?;
-    } else if let Some(depth) = &config.num_target_layers {
-        warn_untappable(&config, depth.value, &depth.from);
-    }
-    if let (Some((_, tokens, depth)), Some(path)) = (&carried, &a.vocab_from) {
-        check_target_fit(&config, path, *tokens, *depth)?;
-    } else if let Some(depth) = &config.num_target_layers {
-        warn_untappable(&config, depth.value, &depth.from);
+    let warnings = match (&target_vocab, &a.vocab_from, &config.num_target_layers) {
+        (Some(t), Some(path), _) => t.check_fit(&config, path)?,
+        (None, _, Some(depth)) => untappable(&config, depth.value, &depth.from),
+        _ => Vec::new(),
+    };
+    for w in warnings {
+        crate::diag!("dspark: warning: {w}");
     }
     let ckpt = Checkpoint::open(layout)?;
     let plan = Plan::new(config, &ckpt, options)?;
@@ -452,62 +371,33 @@ pub fn run_convert(a: ConvertArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// `synth --geometry qwen3-*`: `DIR/target.gguf` (random Qwen3, Q8_0 matrices),
-/// `DIR/tokenizer.json` for its synthetic vocabulary, and `DIR/draft/` (a DSpark drafter
-/// checkpoint that fits it).
-fn synth_target_pair(a: &SynthArgs, t: &Qwen3Geometry) -> Result<Outcome> {
-    write_pair(t, &a.out, a.seed, &|_, _| !CANCEL.load(Ordering::SeqCst))?;
-    if !a.quiet {
-        let d = pair_drafter(t);
-        crate::outln!(
-            "{}: target.gguf ({} layers, hidden {}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
-            a.out.display(),
-            t.layers,
-            t.hidden,
-            t.vocab,
-            t.capture_layers(),
-            d.parameters(),
-            a.seed
-        )?;
-    }
-    Ok(Outcome::Ok)
-}
-
-/// `synth --geometry kimi-k3-*`: `DIR/target.gguf` (random Kimi K3), `DIR/tokenizer.json`
-/// and `DIR/draft/` (a DSpark drafter checkpoint capturing MLA layers).
-fn synth_k3_pair(a: &SynthArgs, g: &K3Geometry) -> Result<Outcome> {
-    write_k3_pair(g, &a.out, a.seed, &|_, _| !CANCEL.load(Ordering::SeqCst))?;
-    if !a.quiet {
-        crate::outln!(
-            "{}: target.gguf (kimi-k3, {} layers, MLA at {:?}, hidden {}, {} experts top-{}, vocabulary {}), tokenizer.json and draft/ (captures {:?}, {} parameters), seed {}",
-            a.out.display(),
-            g.layers,
-            g.mla_layers,
-            g.hidden,
-            g.experts,
-            g.experts_used,
-            g.vocab,
-            g.captures,
-            g.drafter().parameters(),
-            a.seed
-        )?;
-    }
-    Ok(Outcome::Ok)
-}
-
 pub fn run_synth(a: SynthArgs) -> Result<Outcome> {
-    if let Some(g) = K3Geometry::by_name(&a.geometry) {
+    // A target with a drafter that fits it (`DIR/target.gguf`, `DIR/tokenizer.json`,
+    // `DIR/draft/`), of any architecture the synth crate writes.
+    if let Some(write) = dspark_synth::pair(&a.geometry) {
         let created = synth_outputs(&a, true)?;
-        return in_new_folder(created, || synth_k3_pair(&a, &g));
-    }
-    if let Some(t) = Qwen3Geometry::by_name(&a.geometry) {
-        let created = synth_outputs(&a, true)?;
-        return in_new_folder(created, || synth_target_pair(&a, &t));
+        let pb = progress_bar(0, a.quiet, "synthesizing");
+        let r = in_new_folder(created, || {
+            let what = write(&a.out, a.seed, &|done, total| {
+                pb.set_length(total);
+                pb.set_position(done);
+                !CANCEL.load(Ordering::SeqCst)
+            })?;
+            pb.finish_and_clear();
+            if !a.quiet {
+                crate::outln!("{}: {what}, seed {}", a.out.display(), a.seed)?;
+            }
+            Ok(Outcome::Ok)
+        });
+        pb.finish_and_clear();
+        return r;
     }
     let Some(g) = SynthGeometry::by_name(&a.geometry) else {
+        let pairs: Vec<&str> = dspark_synth::PAIRS.iter().map(|(n, _)| *n).collect();
         bail!(
-            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark, qwen3-tiny, qwen3-small, qwen3-0.6b, kimi-k3-tiny or kimi-k3-small)",
-            a.geometry
+            "unknown geometry `{}` (expected tiny, small, kimi-k3-dspark or one of {})",
+            a.geometry,
+            pairs.join(", ")
         );
     };
     let total: u64 = g.parameters() * 2;

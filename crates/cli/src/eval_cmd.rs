@@ -11,12 +11,16 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_runtime::eval::Acceptance;
-use dspark_runtime::generate::{autoregressive, speculative, Observer, Request, Round};
+use dspark_runtime::generate::{
+    autoregressive, fit_context, speculative, ContextAsk, Contexts, Observer, Request, Round,
+};
+use dspark_runtime::SessionOptions;
 use serde_json::json;
 
 use crate::load::{load_drafter, load_target, runtime_error};
@@ -27,7 +31,7 @@ const MAX_PROMPTS_BYTES: u64 = 256 << 20;
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// Target model: a GGUF in llama.cpp's qwen3 layout.
+    /// Target model: a llama.cpp GGUF of an architecture dspark runs (`dspark inspect` says which).
     #[arg(short = 'm', long, visible_alias = "model")]
     pub target: PathBuf,
     /// Drafter: a dflash-draft or llama.cpp dflash GGUF.
@@ -48,7 +52,7 @@ pub struct EvalArgs {
     /// Stop at the target's end-of-sequence token (default: generate --max-tokens each).
     #[arg(long)]
     pub stop_at_eos: bool,
-    /// How a Kimi K3 target computes MLA attention: `f16` (the default, as llama.cpp's CPU
+    /// How attention is computed (llama targets and Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
     /// flash attention) or `f32` (see `generate --help`).
     #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
     pub attention: dspark_runtime::Attention,
@@ -147,12 +151,11 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
     if a.no_markov && !drafter.has_markov() {
         usage!("--no-markov: {} has no Markov head", a.draft.display());
     }
-    let model_context = model.context();
-    let context = drafter
-        .hparams()
-        .context
-        .map_or(model_context, |c| c.min(model_context));
-    let max_tokens = a.max_tokens as usize;
+    let contexts = Contexts {
+        target: model.context(),
+        drafter: drafter.hparams().context,
+    };
+    let max_tokens = usize::try_from(a.max_tokens).unwrap_or(usize::MAX);
     let eos = if a.stop_at_eos {
         model.special_tokens().eos
     } else {
@@ -175,14 +178,17 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
                 i + 1
             );
         }
-        if prompt.len() >= context {
-            usage!(
-                "{}: prompt {} ({} tokens) leaves no room in the context of {context}",
-                a.prompts.display(),
-                i + 1,
-                prompt.len()
-            );
-        }
+        // Each prompt's output stops at the context (eval measures; it does not refuse).
+        let ask = ContextAsk {
+            prompt: prompt.len(),
+            max_tokens,
+            context: None,
+            stop_at_context: true,
+        };
+        let context = match fit_context(contexts, &ask) {
+            Ok(c) => c,
+            Err(e) => usage!("{}: prompt {}: {e}", a.prompts.display(), i + 1),
+        };
         let req = Request {
             prompt: &prompt,
             max_tokens,
@@ -192,8 +198,13 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             sampling: a.sampling.settings(a.sampling.seed.wrapping_add(i as u64)),
         };
         let positions = req.positions(drafts).min(context);
-        let mut session = model
-            .session(positions, drafts + 1, a.attention)
+        let options = SessionOptions {
+            positions,
+            undo: drafts + 1,
+            attention: a.attention,
+        };
+        let mut session = Arc::clone(model)
+            .session(&options)
             .map_err(|e| runtime_error(&a.target, e))?;
         let t = Instant::now();
         let ar = crate::on_pool(|| autoregressive(&mut *session, &req, &mut Plain))
@@ -202,8 +213,8 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
         if CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
             break;
         }
-        let mut session = model
-            .session(positions, drafts + 1, a.attention)
+        let mut session = Arc::clone(model)
+            .session(&options)
             .map_err(|e| runtime_error(&a.target, e))?;
         let mut ds = drafter
             .session(positions)

@@ -1,4 +1,4 @@
-//! `dspark generate`: decoding with a Qwen3 target (greedy, or sampled with llama.cpp's
+//! `dspark generate`: decoding with a target (greedy, or sampled with llama.cpp's
 //! `--temp`, `--top-k`, `--top-p`, `--min-p`, `--seed`), speculative with a drafter.
 //!
 //! Text (or ids, without a tokenizer) streams to stdout as tokens are committed;
@@ -9,16 +9,18 @@
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_output::{check_output, AtomicFile};
 use dspark_runtime::generate::{
-    autoregressive, speculative_with, Observer, PlainStep, Plan, Request, Round, Stats, StopReason,
+    autoregressive, fit_context, speculative_with, ContextAsk, Contexts, Observer, PlainStep, Plan,
+    Request, Round, Stats, StopReason,
 };
 use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
-use dspark_runtime::{Attention, Rollback};
+use dspark_runtime::{Attention, Rollback, SessionOptions};
 use serde_json::json;
 
 use crate::load::{load_drafter, load_target, runtime_error};
@@ -30,7 +32,7 @@ const MAX_PROMPT_BYTES: u64 = 64 << 20;
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["prompt_tokens", "prompt", "prompt_file"])))]
 pub struct GenerateArgs {
-    /// Target model: a GGUF in llama.cpp's qwen3 layout.
+    /// Target model: a llama.cpp GGUF of an architecture dspark runs (`dspark inspect` says which).
     #[arg(short = 'm', long, visible_alias = "model")]
     pub target: PathBuf,
     /// Drafter: a dflash-draft GGUF (llama.cpp spelling: -md). Without it, plain decoding.
@@ -82,7 +84,8 @@ pub struct GenerateArgs {
     /// way; attention-only targets ignore it.
     #[arg(long, default_value = "auto", value_parser = parse_rollback)]
     pub rollback: RollbackChoice,
-    /// How a Kimi K3 target computes MLA attention: `f16` (the default) as llama.cpp's CPU
+    /// How attention is computed (targets that follow llama.cpp's flash attention: llama,
+    /// and Kimi K3's MLA layers; others compute in f32): `f16` (the default) as llama.cpp's CPU
     /// flash attention does by default (keys, values, queries and the value accumulator
     /// in F16), so greedy tokens follow llama.cpp's default runs; `f32` in f32 throughout
     /// (closer to exact; follows `llama.cpp -fa off` with an F32 cache).
@@ -296,7 +299,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     // 2. Models and tokenizer, each checked by its contract.
     let target = load_target(&a.target, a.tokenizer.as_deref())?;
     let model = &target.model;
-    let (model_context, model_vocab) = (model.context(), model.vocab());
+    let model_vocab = model.shape().vocab;
     let text = match prompt_text(&a) {
         Ok(t) => t,
         Err(Some(e)) => return Err(e),
@@ -307,7 +310,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     };
     let tokenizer = match (&target.tokenizer, &target.tokenizer_problem, &text) {
         (Some(t), _, _) => Some(t.clone()),
-        (None, Some(problem), Some(_)) => anyhow::bail!("{problem}; a text prompt needs a tokenizer"),
+        (None, Some(problem), Some(_)) => {
+            anyhow::bail!("{problem}; a text prompt needs a tokenizer")
+        }
         (None, None, Some(_)) => usage!(
             "{} carries no tokenizer: give --tokenizer tokenizer.json, or the prompt as --prompt-tokens",
             a.target.display()
@@ -362,31 +367,24 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
 
     // 3. The request, within the context (the target's, and the drafter's when it records
     //    one): refused before any work, or clipped when asked.
-    let (model_context, whose) = match drafter.as_ref().and_then(|d| d.hparams().context) {
-        Some(dc) if dc < model_context => (dc, "drafter"),
-        _ => (model_context, "target"),
-    };
-    let context = match a.context {
-        Some(c) if c as usize > model_context => {
-            usage!("--context {c} exceeds the {whose}'s context of {model_context} tokens")
-        }
-        Some(c) => c as usize,
-        None => model_context,
-    };
     let max_tokens = usize::try_from(a.max_tokens).unwrap_or(usize::MAX);
-    let wanted = prompt.len().saturating_add(max_tokens);
-    if wanted > context && !a.stop_at_context {
-        usage!(
-            "the prompt ({} tokens) and --max-tokens ({max_tokens}) need {wanted} positions, beyond the context of {context} tokens; lower --max-tokens, or pass --stop-at-context to stop when the context is full",
-            prompt.len()
-        );
-    }
-    if prompt.len() >= context {
-        usage!(
-            "the prompt ({} tokens) leaves no room in the context of {context} tokens",
-            prompt.len()
-        );
-    }
+    let context = fit_context(
+        Contexts {
+            target: model.context(),
+            drafter: drafter.as_ref().and_then(|d| d.hparams().context),
+        },
+        &ContextAsk {
+            prompt: prompt.len(),
+            max_tokens,
+            context: a.context.map(|c| usize::try_from(c).unwrap_or(usize::MAX)),
+            stop_at_context: a.stop_at_context,
+        },
+    )
+    .map_err(|e| {
+        crate::Usage(format!(
+            "{e} (--context, --max-tokens; --stop-at-context stops when the context is full)"
+        ))
+    })?;
     let eos = if a.ignore_eos {
         None
     } else {
@@ -414,8 +412,12 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
     };
     let positions = req.positions(drafts).min(context);
-    let mut session = model
-        .session(positions, drafts + 1, a.attention)
+    let mut session = Arc::clone(model)
+        .session(&SessionOptions {
+            positions,
+            undo: drafts + 1,
+            attention: a.attention,
+        })
         .map_err(|e| runtime_error(&a.target, e))?;
     let mut draft_session = match (&drafter, &a.draft) {
         (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),

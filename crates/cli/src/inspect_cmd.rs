@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dspark_contract::{identify, FileKind, Finding};
+use dspark_contract::{FileKind, Finding};
 use dspark_convert::report::value_json;
 use dspark_convert::verify::{check_finite, check_output_contract, written_by_dspark};
 use dspark_gguf::{Array, GgufFile, Value};
@@ -157,148 +157,47 @@ struct InspectDoc<'a> {
     contract: serde_json::Value,
 }
 
-/// What the file is, by its contract: a summary (JSON) and the findings, if any.
-fn summarize(file: &GgufFile<'_>) -> (serde_json::Value, Vec<String>, &'static str) {
-    let types = dspark_quant::matrix_types();
-    let list = |f: &[Finding]| f.iter().map(|f| f.to_string()).collect::<Vec<_>>();
-    match identify(file) {
-        FileKind::DflashDraft | FileKind::LlamaDflash => {
-            let kind = if identify(file) == FileKind::LlamaDflash {
-                dspark_contract::llama_dflash::KIND
+/// Files up to this size get every tensor value scanned for NaN and infinity by
+/// `inspect`; larger ones (a 600 GB Kimi K3) are described from their header alone, and
+/// the text says `verify` scans them.
+const SCAN_LIMIT: u64 = 4 << 30;
+
+/// What the file is, by its contract: the summary (JSON), a description for a person, the
+/// findings, and the kind's name for messages.
+fn summarize(
+    file: &GgufFile<'_>,
+) -> (serde_json::Value, Option<String>, Vec<String>, &'static str) {
+    let kind = dspark_contract::kind_of(file);
+    match dspark_contract::check(file, &dspark_quant::matrix_types()) {
+        Ok(m) => {
+            let summary = m.summary();
+            let mut own = if file.file_size() <= SCAN_LIMIT {
+                check_finite(file)
             } else {
-                dspark_contract::dflash_draft::KIND
+                Vec::new()
             };
-            match dspark_contract::drafter(file, &types) {
-                Ok(d) => {
-                    let h = d.hparams();
-                    let mut own = check_finite(file);
-                    if written_by_dspark(file) {
-                        own.extend(check_output_contract(file));
-                    }
-                    (
-                        json!({
-                            "kind": "drafter",
-                            "architecture": d.arch(),
-                            "layout": if d.arch() == dspark_contract::llama_dflash::ARCH { "llama.cpp" } else { "dflash-draft" },
-                            "embedding_length": h.hidden,
-                            "block_count": h.layers,
-                            "head_count": h.heads,
-                            "head_count_kv": h.kv_heads,
-                            "head_dim": h.head_dim,
-                            "feed_forward_length": h.ffn,
-                            "block_size": h.block_size,
-                            "target_layer_ids": h.target_layer_ids,
-                            "n_target_layers": h.target_layer_ids.len(),
-                            "target_block_count": h.target_layers,
-                            "target_vocab": h.target_vocab,
-                            "mask_token_id": h.mask_token_id,
-                            "sample_from_anchor": h.sample_from_anchor,
-                            "rope_scaling": h.yarn.map(|y| json!({"type": "yarn", "factor": y.factor, "original_context": y.original_context})),
-                            "markov_rank": d.markov().map(|m| m.rank),
-                            "markov_vocab": d.markov().map(|m| m.vocab),
-                            "confidence_dim": d.confidence().map(|c| c.weight.cols),
-                            "context_length": h.context,
-                        }),
-                        own,
-                        kind,
-                    )
-                }
-                Err(e) => (json!({"kind": "drafter"}), list(&e.findings), kind),
+            if written_by_dspark(file) {
+                own.extend(check_output_contract(file));
             }
+            let json = serde_json::to_value(&summary).unwrap_or_else(|_| json!({}));
+            (json, Some(summary.describe()), own, kind)
         }
-        FileKind::Qwen3 => {
-            let kind = dspark_contract::qwen3::KIND;
-            match dspark_contract::qwen3::check(file, &types) {
-                Ok(t) => {
-                    let h = t.hparams();
-                    let sp = t.special_tokens();
-                    (
-                        json!({
-                            "kind": "target",
-                            "architecture": dspark_contract::qwen3::ARCH,
-                            "embedding_length": h.hidden,
-                            "block_count": h.layers,
-                            "head_count": h.heads,
-                            "head_count_kv": h.kv_heads,
-                            "head_dim": h.head_dim,
-                            "feed_forward_length": h.ffn,
-                            "vocab": h.vocab,
-                            "context_length": h.context,
-                            "rms_eps": h.eps,
-                            "rope_freq_base": h.rope_base,
-                            "tied_lm_head": t.output().is_none(),
-                            "tokenizer": t.vocab().map(|v| json!({"model": v.model, "pre": v.pre, "tokens": v.tokens.len(), "merges": v.merges.len()})),
-                            "bos_token_id": sp.bos,
-                            "eos_token_id": sp.eos,
-                        }),
-                        check_finite(file),
-                        kind,
-                    )
-                }
-                Err(e) => (json!({"kind": "target"}), list(&e.findings), kind),
-            }
+        Err(e) => {
+            let what = match dspark_contract::identify(file) {
+                FileKind::DflashDraft | FileKind::LlamaDflash => "drafter",
+                FileKind::Target(_) => "target",
+                FileKind::Unknown(_) => "unknown",
+            };
+            let findings = e.findings.iter().map(Finding::to_string).collect();
+            (json!({"kind": what}), None, findings, kind)
         }
-        FileKind::KimiK3 => {
-            let kind = dspark_contract::kimi_k3::KIND;
-            match dspark_contract::kimi_k3::check(file, &types) {
-                Ok(t) => {
-                    let h = t.hparams();
-                    let sp = t.special_tokens();
-                    let mla: Vec<usize> = (0..h.layers).filter(|&i| h.mla[i]).collect();
-                    (
-                        json!({
-                            "kind": "target",
-                            "architecture": dspark_contract::kimi_k3::ARCH,
-                            "embedding_length": h.hidden,
-                            "block_count": h.layers,
-                            "head_count": h.heads,
-                            "mla_layers": mla,
-                            "kda_head_dim": h.kda_head_dim,
-                            "conv_kernel": h.conv_kernel,
-                            "gate_lower_bound": h.gate_lower_bound,
-                            "q_lora_rank": h.q_lora_rank,
-                            "kv_lora_rank": h.kv_lora_rank,
-                            "rope_dim": h.rope_dim,
-                            "key_length_mla": h.key_length_mla,
-                            "value_length_mla": h.value_length_mla,
-                            "leading_dense_block_count": h.dense_layers,
-                            "feed_forward_length": h.ffn,
-                            "expert_count": h.experts,
-                            "expert_used_count": h.experts_used,
-                            "expert_shared_count": h.shared_experts,
-                            "expert_feed_forward_length": h.expert_ffn,
-                            "expert_latent_length": h.expert_latent,
-                            "expert_gating": format!("{:?}", h.gating).to_lowercase(),
-                            "attn_res_block_size": h.res_block,
-                            "vocab": h.vocab,
-                            "context_length": h.context,
-                            "rms_eps": h.eps,
-                            "tokenizer": t.vocab().map(|v| json!({"model": v.model, "pre": v.pre, "tokens": v.tokens.len(), "merges": v.merges.len()})),
-                            "bos_token_id": sp.bos,
-                            "eos_token_id": sp.eos,
-                        }),
-                        check_finite(file),
-                        kind,
-                    )
-                }
-                Err(e) => (json!({"kind": "target"}), list(&e.findings), kind),
-            }
-        }
-        FileKind::Unknown(arch) => (
-            json!({"kind": "unknown", "architecture": arch}),
-            vec![format!(
-                "general.architecture is {}: not a kind dspark knows (dflash-draft and llama.cpp dflash drafters, qwen3 and kimi-k3 targets)",
-                arch.map_or("missing".to_string(), |a| format!("`{a}`"))
-            )],
-            "model file",
-        ),
     }
 }
 
 pub fn run(a: InspectArgs) -> Result<Outcome> {
     let bytes = map_input(&a.file)?;
     let file = GgufFile::parse(&bytes).with_context(|| format!("{}", a.file.display()))?;
-    let (mut summary, findings, kind) = summarize(&file);
+    let (mut summary, description, findings, kind) = summarize(&file);
     let mut out = std::io::stdout().lock();
     if a.json {
         summary["ok"] = json!(findings.is_empty());
@@ -386,50 +285,15 @@ pub fn run(a: InspectArgs) -> Result<Outcome> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     writeln!(out, "\nsummary ({}): tensors: {}", kind, c.join(", "))?;
-    let g = |k: &str| summary[k].to_string();
-    match summary["kind"].as_str() {
-        Some("drafter") if findings.is_empty() || summary.get("embedding_length").is_some() => {
-            writeln!(
-                out,
-                "  drafter ({}): hidden {}, {} draft layers, {}/{} heads of {}, FFN {}, block {}; captures target layers {} of {}",
-                g("architecture"), g("embedding_length"), g("block_count"), g("head_count"), g("head_count_kv"),
-                g("head_dim"), g("feed_forward_length"), g("block_size"), g("target_layer_ids"),
-                summary["target_block_count"].as_u64().map_or("?".into(), |n| n.to_string())
-            )?;
-            match summary["markov_rank"].as_u64() {
-                Some(r) => writeln!(
-                    out,
-                    "  DSpark heads: Markov rank {r}, vocabulary {}; confidence {}",
-                    g("markov_vocab"),
-                    summary["confidence_dim"]
-                        .as_u64()
-                        .map_or("absent".into(), |c| format!("width {c}"))
-                )?,
-                None => writeln!(out, "  DSpark heads: absent (plain DFlash)")?,
-            }
-        }
-        Some("target") if summary.get("embedding_length").is_some() => {
-            writeln!(
-                out,
-                "  target (qwen3): hidden {}, {} layers, {}/{} heads of {}, FFN {}, vocabulary {}, context {}, LM head {}",
-                g("embedding_length"), g("block_count"), g("head_count"), g("head_count_kv"), g("head_dim"),
-                g("feed_forward_length"), g("vocab"), g("context_length"),
-                if summary["tied_lm_head"].as_bool() == Some(true) { "tied to the embedding" } else { "separate" }
-            )?;
-            match summary["tokenizer"].as_object() {
-                Some(t) => writeln!(
-                    out,
-                    "  tokenizer: {} ({} pre-tokenizer), {} tokens, {} merges; eos {}",
-                    t["model"],
-                    t["pre"],
-                    t["tokens"],
-                    t["merges"],
-                    g("eos_token_id")
-                )?,
-                None => writeln!(out, "  tokenizer: none in the file")?,
-            }
-        }
-        _ => {}
+    for line in description.iter().flat_map(|d| d.lines()) {
+        writeln!(out, "  {line}")?;
+    }
+    if file.file_size() > SCAN_LIMIT {
+        writeln!(
+            out,
+            "  values: not scanned ({} bytes; `dspark verify` scans every value)",
+            file.file_size()
+        )?;
     }
     if findings.is_empty() {
         writeln!(out, "  {kind} contract: satisfied")?;

@@ -1,5 +1,6 @@
-//! Loading model files for `generate` and `bench`: map, parse, check against the kind's
-//! contract (the same check `verify` and `inspect` run), load; every error names the file.
+//! Loading model files for `generate`, `eval` and `bench`: map the file, hand it to the
+//! runtime (which checks it against its kind's contract — the same check `verify` and
+//! `inspect` run — and loads it); every error names the file.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,9 +9,9 @@ use anyhow::{Context, Result};
 use dspark_contract::{ContractError, TargetShape};
 use dspark_gguf::GgufFile;
 use dspark_runtime::tokenizer::Tokenizer;
-use dspark_runtime::{Attention, Drafter, KimiK3, ModelBytes, Qwen3, RuntimeError, Target};
+use dspark_runtime::{open_target, Drafter, ModelBytes, OpenedTarget, RuntimeError};
 
-use crate::mmap::map_input;
+use crate::mmap::map_model_file;
 
 /// A contract failure with every finding on its own line.
 pub fn contract_error(path: &Path, e: &ContractError) -> anyhow::Error {
@@ -30,141 +31,36 @@ pub fn runtime_error(path: &Path, e: RuntimeError) -> anyhow::Error {
         m @ RuntimeError::Memory { .. } => {
             anyhow::Error::new(crate::Usage(format!("{}: {m}", path.display())))
         }
+        c @ RuntimeError::Context(_) => anyhow::Error::new(crate::Usage(c.to_string())),
         other => anyhow::Error::new(other).context(path.display().to_string()),
     }
 }
 
 /// Maps `path` as shared model bytes.
 pub fn map_model(path: &Path) -> Result<ModelBytes> {
-    Ok(Arc::new(map_input(path)?))
+    Ok(Arc::new(map_model_file(path)?))
 }
 
-/// A loaded target model of either kind.
-#[derive(Clone)]
-pub enum TargetModel {
-    /// llama.cpp's `qwen3`.
-    Qwen3(Arc<Qwen3>),
-    /// llama.cpp's `kimi-k3`.
-    KimiK3(Arc<KimiK3>),
-}
-
-impl TargetModel {
-    /// Hidden size, layers and vocabulary.
-    pub fn shape(&self) -> TargetShape {
-        match self {
-            TargetModel::Qwen3(m) => m.shape(),
-            TargetModel::KimiK3(m) => m.shape(),
-        }
-    }
-    /// The context it was trained for.
-    pub fn context(&self) -> usize {
-        match self {
-            TargetModel::Qwen3(m) => m.hparams().context,
-            TargetModel::KimiK3(m) => m.hparams().context,
-        }
-    }
-    /// Tokens in its vocabulary.
-    pub fn vocab(&self) -> usize {
-        self.shape().vocab
-    }
-    /// The special tokens it declares.
-    pub fn special_tokens(&self) -> dspark_contract::SpecialTokens {
-        match self {
-            TargetModel::Qwen3(m) => m.special_tokens(),
-            TargetModel::KimiK3(m) => m.special_tokens(),
-        }
-    }
-    /// Bytes of weights one decode step reads.
-    pub fn weight_bytes(&self) -> u64 {
-        match self {
-            TargetModel::Qwen3(m) => m.weight_bytes(),
-            TargetModel::KimiK3(m) => m.weight_bytes(),
-        }
-    }
-    /// `general.architecture`.
-    pub fn arch(&self) -> &'static str {
-        match self {
-            TargetModel::Qwen3(_) => dspark_contract::qwen3::ARCH,
-            TargetModel::KimiK3(_) => dspark_contract::kimi_k3::ARCH,
-        }
-    }
-    /// A session of `positions` that may leave `undo` positions uncommitted (a
-    /// speculative round's width; only recurrent targets keep anything for it), its MLA
-    /// attention computed as `attention` says (Kimi K3; a Qwen3 target's attention is f32
-    /// either way).
-    pub fn session(
-        &self,
-        positions: usize,
-        undo: usize,
-        attention: Attention,
-    ) -> dspark_runtime::Result<Box<dyn Target + Send>> {
-        Ok(match self {
-            TargetModel::Qwen3(m) => Box::new(m.session(positions)?),
-            TargetModel::KimiK3(m) => {
-                let mut s = m.session(positions, undo)?;
-                s.set_attention(attention);
-                Box::new(s)
-            }
-        })
-    }
-}
-
-/// A loaded target and the tokenizer it comes with.
-pub struct LoadedTarget {
-    /// The weights.
-    pub model: TargetModel,
-    /// `--tokenizer` (checked against the target), else the target's own vocabulary
-    /// rebuilt, else none.
-    pub tokenizer: Option<Arc<Tokenizer>>,
-    /// Why the target's own vocabulary could not be rebuilt, when it could not.
-    pub tokenizer_problem: Option<String>,
-}
-
-/// Loads a target (`qwen3` or `kimi-k3`, by its architecture), and its tokenizer:
+/// Loads a target of any architecture dspark runs, and its tokenizer:
 /// `tokenizer_json` when given (it must serve this target and agree with the target's own
 /// vocabulary), else the GGUF's own.
-pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<LoadedTarget> {
+pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<OpenedTarget> {
     let bytes = map_model(path)?;
-    let file = GgufFile::parse((*bytes).as_ref()).with_context(|| path.display().to_string())?;
-    let types = dspark_quant::matrix_types();
-    let (model, own_vocab) = match dspark_contract::identify(&file) {
-        dspark_contract::FileKind::KimiK3 => {
-            let checked = dspark_contract::kimi_k3::check(&file, &types)
-                .map_err(|e| contract_error(path, &e))?;
-            let m = KimiK3::load(bytes.clone(), &checked).map_err(|e| runtime_error(path, e))?;
-            (TargetModel::KimiK3(Arc::new(m)), checked.vocab().cloned())
-        }
-        _ => {
-            let checked = dspark_contract::qwen3::check(&file, &types)
-                .map_err(|e| contract_error(path, &e))?;
-            let m = Qwen3::load(bytes.clone(), &checked).map_err(|e| runtime_error(path, e))?;
-            (TargetModel::Qwen3(Arc::new(m)), checked.vocab().cloned())
-        }
+    let given = match tokenizer_json {
+        Some(p) => Some(Tokenizer::from_file(p).map_err(anyhow::Error::new)?),
+        None => None,
     };
-    let vocab = model.vocab();
-    let (tokenizer, tokenizer_problem) = match tokenizer_json {
-        Some(p) => {
-            let t = Tokenizer::from_file(p).map_err(anyhow::Error::new)?;
-            t.check_target(vocab, own_vocab.as_ref())
-                .map_err(|e| anyhow::anyhow!("{e} (target {})", path.display()))?;
-            // Where the target's own tokenizer can be rebuilt, the two must also behave alike.
-            if let Some(Ok(own)) = own_vocab.as_ref().map(Tokenizer::from_gguf) {
-                t.check_agrees(&own)
-                    .map_err(|e| anyhow::anyhow!("{e} (target {})", path.display()))?;
-            }
-            (Some(t), None)
-        }
-        None => match own_vocab.as_ref().map(Tokenizer::from_gguf) {
-            None => (None, None),
-            Some(Ok(t)) => (Some(t), None),
-            Some(Err(e)) => (None, Some(format!("{}: {e}", path.display()))),
-        },
-    };
-    Ok(LoadedTarget {
-        model,
-        tokenizer: tokenizer.map(Arc::new),
-        tokenizer_problem,
-    })
+    let mut opened = open_target(bytes, given).map_err(|e| match e {
+        RuntimeError::Tokenizer(msg) => anyhow::anyhow!("{msg} (target {})", path.display()),
+        other => runtime_error(path, other),
+    })?;
+    if let Some(problem) = opened.tokenizer_problem.take() {
+        opened.tokenizer_problem = Some(RuntimeError::Tokenizer(format!(
+            "{}: {problem}",
+            path.display()
+        )));
+    }
+    Ok(opened)
 }
 
 /// Loads a drafter that must fit `target` (`target_path` names it in messages).

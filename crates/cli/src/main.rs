@@ -1,5 +1,5 @@
 //! `dspark`: convert, inspect, verify and synthesize DSpark / DFlash drafter GGUFs; run
-//! them against a target (generate, bench).
+//! them against a target (generate, bench); tokenize text with a GGUF's vocabulary.
 //!
 //! Results go to stdout; progress, statistics and diagnostics to stderr, prefixed
 //! `dspark: `. Exit codes: 0 success; 1 failure (bad input, a verification mismatch, an
@@ -14,6 +14,7 @@ mod generate_cmd;
 mod inspect_cmd;
 mod load;
 mod mmap;
+mod tokenize_cmd;
 mod verify_cmd;
 
 use std::process::ExitCode;
@@ -45,12 +46,14 @@ enum Command {
     Verify(verify_cmd::VerifyArgs),
     /// Write a synthetic drafter checkpoint, or a synthetic target with its drafter.
     Synth(convert_cmd::SynthArgs),
-    /// Generate tokens with a Qwen3 target, speculatively with a drafter (greedy or sampled; lossless).
+    /// Generate tokens with a target, speculatively with a drafter (greedy or sampled; lossless).
     Generate(generate_cmd::GenerateArgs),
     /// Time decode, verify and draft steps against the memory-bandwidth bound.
     Bench(bench_cmd::BenchArgs),
     /// Measure speculation over a prompt set: acceptance, calibration, speed.
     Eval(eval_cmd::EvalArgs),
+    /// Tokenize a text with a GGUF's own vocabulary, as llama.cpp's llama-tokenize does.
+    Tokenize(tokenize_cmd::TokenizeArgs),
 }
 
 /// How tokens are chosen (llama.cpp's flags and meanings; the truncations are off unless
@@ -272,6 +275,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => generate_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::Tokenize(a) => tokenize_cmd::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
@@ -289,8 +293,8 @@ fn main() -> ExitCode {
                     c.downcast_ref::<dspark_convert::error::ConvertError>(),
                     Some(dspark_convert::error::ConvertError::Cancelled)
                 ) || matches!(
-                    c.downcast_ref::<dspark_testkit::SynthError>(),
-                    Some(dspark_testkit::SynthError::Cancelled)
+                    c.downcast_ref::<dspark_synth::SynthError>(),
+                    Some(dspark_synth::SynthError::Cancelled)
                 )
             }) {
                 diag!("dspark: interrupted; nothing was written");

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dspark_contract::{identify, FileKind};
 use dspark_convert::report::Report;
 use dspark_convert::verify::{
     check_finite, check_output_contract, check_report, check_source, written_by_dspark,
@@ -54,41 +53,21 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         file.tensor_infos().len(),
         file.file_size()
     )?;
-    let types = dspark_quant::matrix_types();
-    let findings = |r: Result<(), dspark_contract::ContractError>| {
-        r.err().map_or(Vec::new(), |e| {
-            e.findings.iter().map(|f| f.to_string()).collect()
-        })
+    let kind = dspark_contract::kind_of(&file);
+    let (findings, summary) = match dspark_contract::check(&file, &dspark_quant::matrix_types()) {
+        Ok(m) => (Vec::new(), Some(m.summary())),
+        Err(e) => (e.findings.iter().map(|f| f.to_string()).collect(), None),
     };
-    let mut all_ok = match identify(&file) {
-        FileKind::Qwen3 => say(
-            "qwen3 target contract (the runtime's target loader)",
-            &findings(dspark_contract::qwen3::check(&file, &types).map(|_| ())),
-        )?,
-        FileKind::KimiK3 => say(
-            "kimi-k3 target contract (the runtime's target loader)",
-            &findings(dspark_contract::kimi_k3::check(&file, &types).map(|_| ())),
-        )?,
-        FileKind::DflashDraft => say(
-            "dflash-draft runtime contract (the runtime's drafter loader)",
-            &findings(dspark_contract::dflash_draft::check(&file, &types).map(|_| ())),
-        )?,
-        FileKind::LlamaDflash => say(
-            "llama.cpp dflash drafter contract (the runtime's drafter loader)",
-            &findings(dspark_contract::llama_dflash::check(&file, &types).map(|_| ())),
-        )?,
-        FileKind::Unknown(arch) => say(
-            "a model file dspark knows (a dflash-draft or llama.cpp dflash drafter, or a qwen3 or kimi-k3 target)",
-            &[format!(
-                "key `general.architecture`: is {}, expected one of {:?}, `{}`, `{}` or `{}`",
-                arch.map_or("missing".to_string(), |a| format!("`{a}`")),
-                dspark_contract::dflash_draft::ACCEPTED_ARCHS,
-                dspark_contract::llama_dflash::ARCH,
-                dspark_contract::qwen3::ARCH,
-                dspark_contract::kimi_k3::ARCH
-            )],
-        )?,
-    };
+    let mut all_ok = say(
+        &format!("{kind} contract (what the runtime's loader requires)"),
+        &findings,
+    )?;
+    for line in summary
+        .iter()
+        .flat_map(|s| s.describe().lines().map(str::to_string).collect::<Vec<_>>())
+    {
+        crate::outln!("     {line}")?;
+    }
     all_ok &= say("every tensor value finite", &check_finite(&file))?;
     if written_by_dspark(&file) {
         all_ok &= say(

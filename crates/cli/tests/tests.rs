@@ -8,7 +8,10 @@ mod code_pair;
 mod common;
 mod eval;
 mod llama_layout;
+mod llama_target;
 mod runtime_inputs;
+mod smollm2;
+mod tokenize;
 
 use std::fs;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Hyper-parameter bounds. Each is a named limit with the reason it is where it is: the
 //! generic `dflash-draft` loader's own bound where it has one (Lucebox
-//! `draft_gguf_loader.cpp`, `gguf-and-contract.md` §5.2), else a margin over the largest
+//! `draft_gguf_loader.cpp`, `docs/GGUF.md` §5.2), else a margin over the largest
 //! value real checkpoints use. A value outside is a finding naming the key; values inside
 //! are still cross-checked against the tensors, which the file must actually hold, so no
 //! bound here lets a header claim memory the file does not back.

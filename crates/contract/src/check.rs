@@ -25,13 +25,48 @@ pub struct TensorRef<'f> {
 }
 
 impl TensorRef<'_> {
-    /// The values of an F32 tensor, decoded.
+    /// The values of an F32, F16 or BF16 tensor (a vector the contract checked), decoded.
+    ///
+    /// # Panics
+    /// For other types (the contract admits only these for vectors).
     pub fn f32_values(&self) -> Vec<f32> {
-        debug_assert_eq!(self.ty, GgmlType::F32);
-        self.data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
+        match self.ty {
+            GgmlType::F32 => self
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            GgmlType::F16 => self
+                .data
+                .chunks_exact(2)
+                .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                .collect(),
+            GgmlType::BF16 => self
+                .data
+                .chunks_exact(2)
+                .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+                .collect(),
+            other => panic!("f32_values of a {other} tensor"),
+        }
+    }
+}
+
+/// IEEE binary16 → f32 (exact).
+fn f16_to_f32(h: u16) -> f32 {
+    let negative = h >> 15 == 1;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let mant = u32::from(h & 0x3ff);
+    let magnitude = match exp {
+        // Zero and subnormals: mant · 2^-24, exact in f32.
+        0 => mant as f32 / 16_777_216.0,
+        31 if mant == 0 => f32::INFINITY,
+        31 => f32::from_bits(0x7fc0_0000 | (mant << 13)),
+        e => f32::from_bits(((e + 112) << 23) | (mant << 13)),
+    };
+    if negative {
+        -magnitude
+    } else {
+        magnitude
     }
 }
 
@@ -40,8 +75,11 @@ impl TensorRef<'_> {
 pub(crate) enum Role {
     /// Multiplied as a matrix (or gathered by rows): any type the caller's kernels run.
     Matrix,
-    /// Read elementwise (norm weights, the confidence head): F32.
+    /// Read elementwise (norm weights, biases, the confidence head): F32, or F16 / BF16
+    /// decoded to f32 once.
     Vector,
+    /// Read elementwise where llama.cpp requires F32 (RoPE frequency factors).
+    F32Vector,
 }
 
 /// Collects findings about one file.
@@ -178,6 +216,79 @@ impl<'f, 'k> Checker<'f, 'k> {
             return None;
         }
         Some(v)
+    }
+
+    /// `general.architecture` is `arch` (a finding otherwise): the first check of every
+    /// target contract.
+    pub fn architecture_is(&mut self, arch: &str) -> Option<()> {
+        match self.string(crate::names::ARCHITECTURE, true) {
+            Some(a) if a == arch => Some(()),
+            Some(other) => {
+                self.key_finding(
+                    crate::names::ARCHITECTURE,
+                    format!("is `{other}`, expected `{arch}`"),
+                );
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The attention head size of `arch`: `attention.key_length`, or when absent
+    /// `hidden / heads` (a finding when that does not divide), within the head-size bounds.
+    pub fn head_dim(&mut self, arch: &str, hidden: Option<u64>, heads: Option<u64>) -> Option<u64> {
+        use crate::names::{key, keys};
+        let kl = key(arch, keys::KEY_LENGTH);
+        if self.get(&kl).is_some() {
+            return self.u32_in(&kl, crate::bounds::HEAD_DIM, true);
+        }
+        match (hidden, heads) {
+            (Some(h), Some(n)) if h % n == 0 => {
+                Some(h / n).filter(|d| crate::bounds::HEAD_DIM.contains(d))
+            }
+            (Some(_), Some(_)) => {
+                self.key_finding(
+                    &kl,
+                    "missing, and embedding_length is not a multiple of head_count",
+                );
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The vocabulary size: the row count of `token_embd.weight`, whose rows must be
+    /// `hidden` wide (a finding when it is missing or shaped otherwise); `ARCH.vocab_size`,
+    /// when present, must agree.
+    pub fn vocab_rows(&mut self, arch: &str, hidden: u64) -> Option<u64> {
+        use crate::bounds::VOCAB;
+        use crate::names::{key, keys, tensors::TOKEN_EMBD};
+        let vocab = match self.dims(TOKEN_EMBD) {
+            Some(d) if d.len() == 2 && d[0] == hidden && VOCAB.contains(&d[1]) => d[1],
+            Some(d) => {
+                self.findings.push(crate::Finding::tensor(
+                    TOKEN_EMBD,
+                    format!(
+                        "has ne {d:?}, expected [{hidden}, vocab] with a vocabulary of {}..={}",
+                        VOCAB.start(),
+                        VOCAB.end()
+                    ),
+                ));
+                return None;
+            }
+            None => {
+                self.findings
+                    .push(crate::Finding::tensor(TOKEN_EMBD, "missing"));
+                return None;
+            }
+        };
+        let vk = key(arch, keys::VOCAB_SIZE);
+        if self.get(&vk).is_some() {
+            if let Some(n) = self.u32(&vk, true).filter(|&n| u64::from(n) != vocab) {
+                self.key_finding(&vk, format!("is {n}, but token_embd has {vocab} rows"));
+            }
+        }
+        Some(vocab)
     }
 
     /// Keys llama.cpp honours that change RoPE or attention in ways these models do not
@@ -327,12 +438,14 @@ impl<'f, 'k> Checker<'f, 'k> {
             return None;
         }
         let type_ok = match role {
-            Role::Vector => t.info.ty == GgmlType::F32,
+            Role::Vector => matches!(t.info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16),
+            Role::F32Vector => t.info.ty == GgmlType::F32,
             Role::Matrix => self.matrix_types.contains(&t.info.ty),
         };
         if !type_ok {
             let want = match role {
-                Role::Vector => "F32 (it is read elementwise)".to_string(),
+                Role::Vector => "F32, F16 or BF16 (it is read elementwise)".to_string(),
+                Role::F32Vector => "F32 (llama.cpp reads it as F32 only)".to_string(),
                 Role::Matrix => format!("one of {}", type_list(self.matrix_types)),
             };
             self.findings.push(Finding::tensor(
@@ -373,11 +486,20 @@ impl<'f, 'k> Checker<'f, 'k> {
     /// A finding for every tensor no rule consumed: a file holds what its kind reads,
     /// nothing else.
     pub fn no_other_tensors(&mut self, kind: &str) {
+        // A layer the file has is one some tensor of it was taken from (collected once:
+        // a file may hold any number of stray tensors).
+        let layers: BTreeSet<u64> = self
+            .used
+            .iter()
+            .filter_map(|n| n.strip_prefix("blk.")?.split_once('.')?.0.parse().ok())
+            .collect();
         for t in self.file.tensor_infos() {
             if !self.used.contains(t.name.as_str()) {
                 let why = match crate::names::tensors::LayerTensor::parse(&t.name) {
-                    Some((l, _)) => format!("layer {l} is beyond the file's block_count"),
-                    None => format!("not a tensor of a {kind}"),
+                    Some((l, _)) if !layers.contains(&l) => {
+                        format!("layer {l} is beyond the file's block_count")
+                    }
+                    _ => format!("not a tensor of a {kind}"),
                 };
                 self.findings.push(Finding::tensor(&t.name, why));
             }

@@ -1,7 +1,7 @@
-//! The generic `dflash-draft` drafter (`gguf-and-contract.md` §5): what Lucebox's loader
+//! The generic `dflash-draft` drafter (`docs/GGUF.md` §5): what Lucebox's loader
 //! reads (every rule of §5.4, key types included), made strict where dspark's runtime
 //! needs more (a mask token, exact shapes, F32 norms, no stray tensors), and what
-//! `dspark convert` writes (`output-contract.md` §3).
+//! `dspark convert` writes (`docs/OUTPUT-CONTRACT.md` §3).
 //!
 //! Keys are `<arch>.<suffix>` with `<arch>` one of [`ACCEPTED_ARCHS`]. Required:
 //! `embedding_length`, `block_count`, `feed_forward_length`, `attention.head_count`,
@@ -22,7 +22,7 @@ use crate::layer::{attention_dims, check_layer, LayerRefs};
 use crate::names::tensors::LayerDims;
 use crate::names::{self, key, keys, tensors};
 
-/// Architecture names the generic loader accepts (`gguf-and-contract.md` §5.1); dspark
+/// Architecture names the generic loader accepts (`docs/GGUF.md` §5.1); dspark
 /// writes the first.
 pub const ACCEPTED_ARCHS: [&str; 3] =
     ["dflash-draft", "qwen35-dflash-draft", "gemma4-dflash-draft"];
@@ -39,7 +39,7 @@ pub const DEFAULT_RMS_EPS: f32 = 1e-6;
 /// The one Markov head kind that runs.
 pub const MARKOV_HEAD_VANILLA: &str = "vanilla";
 
-/// YaRN RoPE scaling (`runtime-math.md` §2.2).
+/// YaRN RoPE scaling (`docs/RUNTIME-MATH.md` §2.2).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct YarnParams {
     /// `rope.scaling.factor` s.

@@ -1,8 +1,8 @@
 //! A Kimi K3 target in llama.cpp's `kimi-k3` layout (`src/models/kimi-k3.cpp`,
-//! `shared/spec/llama-cpp/kimi-k3-layout.md`): hybrid KDA (recurrent) and absorbed MLA
+//! `docs/KIMI-K3.md#the-kimi-k3-gguf-layout`): hybrid KDA (recurrent) and absorbed MLA
 //! (NoPE) layers, dense SiTU and latent-MoE FFNs, and cross-layer residual attention.
 //!
-//! Keys as llama.cpp's loader reads them (§1.1 of the layout spec): `context_length`,
+//! Keys as llama.cpp's loader reads them (`docs/KIMI-K3.md#keys`): `context_length`,
 //! `embedding_length`, `block_count`, `attention.layer_norm_rms_epsilon`,
 //! `attention.kv_lora_rank`, `attention.key_length_mla`, `attention.value_length_mla`,
 //! `ssm.conv_kernel`, `kda.head_dim`, `expert_feed_forward_length`,
@@ -19,7 +19,7 @@ use crate::bounds;
 use crate::check::{Checker, Role, TensorRef};
 use crate::finding::{ContractError, Finding};
 use crate::names::kimi_k3 as n;
-use crate::names::{self, key, keys, tensors};
+use crate::names::{key, keys, tensors};
 use crate::vocab::{check_vocab, GgufVocab, SpecialTokens};
 
 /// `general.architecture` of this kind.
@@ -30,7 +30,8 @@ pub const KIND: &str = "kimi-k3 target";
 
 /// How the router turns its logits into expert probabilities (`expert_gating_func`,
 /// llama.cpp `llama-hparams.h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Gating {
     /// 1: softmax over all experts.
     Softmax,
@@ -54,22 +55,29 @@ impl Gating {
     }
 }
 
-/// The hyper-parameters of a checked Kimi K3 target.
-#[derive(Clone, Debug, PartialEq)]
+/// The hyper-parameters of a checked Kimi K3 target (serialized under their GGUF key
+/// names; `mla` as the list of MLA layers).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct KimiK3Hparams {
     /// `embedding_length` (E).
+    #[serde(rename = "embedding_length")]
     pub hidden: usize,
     /// `block_count`.
+    #[serde(rename = "block_count")]
     pub layers: usize,
     /// Rows of `token_embd`.
     pub vocab: usize,
     /// `context_length`.
+    #[serde(rename = "context_length")]
     pub context: usize,
     /// `attention.layer_norm_rms_epsilon`: every RMSNorm, and the L2 norm of KDA's q, k.
+    #[serde(rename = "rms_eps")]
     pub eps: f32,
     /// `attention.head_count` (its first value): heads of KDA and MLA layers alike.
+    #[serde(rename = "head_count")]
     pub heads: usize,
     /// Per layer: true for an MLA layer (`head_count_kv` ≠ 0), false for KDA.
+    #[serde(rename = "mla_layers", serialize_with = "layer_list")]
     pub mla: Vec<bool>,
     /// `kda.head_dim` (D): KDA key = value head size.
     pub kda_head_dim: usize,
@@ -89,35 +97,51 @@ pub struct KimiK3Hparams {
     /// `attention.value_length_mla`: an MLA value head.
     pub value_length_mla: usize,
     /// `feed_forward_length` (its first value): the dense FFN width.
+    #[serde(rename = "feed_forward_length")]
     pub ffn: usize,
     /// `leading_dense_block_count`: layers below it have a dense FFN, the rest MoE.
+    #[serde(rename = "leading_dense_block_count")]
     pub dense_layers: usize,
     /// `expert_count`.
+    #[serde(rename = "expert_count")]
     pub experts: usize,
     /// `expert_used_count`: experts per token.
+    #[serde(rename = "expert_used_count")]
     pub experts_used: usize,
     /// `expert_group_count` (1: no group-limited routing).
+    #[serde(rename = "expert_group_count")]
     pub expert_groups: usize,
     /// `expert_group_used_count`.
+    #[serde(rename = "expert_group_used_count")]
     pub expert_groups_used: usize,
     /// `expert_feed_forward_length` (its first value): a routed expert's width.
+    #[serde(rename = "expert_feed_forward_length")]
     pub expert_ffn: usize,
     /// `expert_shared_count`.
+    #[serde(rename = "expert_shared_count")]
     pub shared_experts: usize,
     /// `expert_latent_length` (0: experts run at the hidden width).
+    #[serde(rename = "expert_latent_length")]
     pub expert_latent: usize,
     /// `expert_weights_scale` (0 or 1: no scaling).
     pub expert_weights_scale: f32,
     /// `expert_weights_norm`.
     pub expert_weights_norm: bool,
     /// `expert_gating_func`.
+    #[serde(rename = "expert_gating")]
     pub gating: Gating,
     /// `attn_res.block_size` (0: a plain residual network).
+    #[serde(rename = "attn_res_block_size")]
     pub res_block: usize,
     /// `activation.situ_beta` (β ≠ 0).
     pub situ_beta: f32,
     /// `activation.situ_linear_beta` (≤ 0: the up branch is not transformed).
     pub situ_linear_beta: f32,
+}
+
+/// The indices of the true entries (the MLA layers).
+fn layer_list<S: serde::Serializer>(mla: &[bool], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(mla.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| i))
 }
 
 impl KimiK3Hparams {
@@ -143,7 +167,7 @@ impl KimiK3Hparams {
     }
 }
 
-/// A KDA layer's tensors (§2.3).
+/// A KDA layer's tensors (`docs/KIMI-K3.md#tensors`).
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)]
 pub struct KdaRefs<'f> {
@@ -181,7 +205,7 @@ pub enum MlaQuery<'f> {
     },
 }
 
-/// An MLA layer's tensors (§2.4, absorbed form).
+/// An MLA layer's tensors (`docs/KIMI-K3.md#tensors`, absorbed form).
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)]
 pub struct MlaRefs<'f> {
@@ -213,7 +237,7 @@ pub struct SituRefs<'f> {
     pub down: TensorRef<'f>,
 }
 
-/// A latent-MoE FFN's tensors (§2.5).
+/// A latent-MoE FFN's tensors (`docs/KIMI-K3.md#tensors`).
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)]
 pub struct MoeRefs<'f> {
@@ -305,6 +329,50 @@ impl<'f> KimiK3File<'f> {
             layers: self.hparams.layers,
             vocab: self.hparams.vocab,
         }
+    }
+}
+
+impl<'f> crate::TargetContract<'f> for KimiK3File<'f> {
+    fn arch(&self) -> &'static str {
+        ARCH
+    }
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+    fn shape(&self) -> crate::TargetShape {
+        KimiK3File::shape(self)
+    }
+    fn context(&self) -> usize {
+        self.hparams().context
+    }
+    fn vocab(&self) -> Option<&GgufVocab<'f>> {
+        KimiK3File::vocab(self)
+    }
+    fn special_tokens(&self) -> SpecialTokens {
+        KimiK3File::special_tokens(self)
+    }
+    fn summary(&self) -> crate::TargetSummary {
+        let h = self.hparams();
+        crate::TargetSummary::new(
+            ARCH,
+            h,
+            false,
+            self.vocab(),
+            self.special_tokens(),
+            format!(
+                "hidden {}, {} layers ({} KDA, {} MLA), {} heads, {} experts ({} per token, {} shared), vocabulary {}, context {}",
+                h.hidden,
+                h.layers,
+                h.kda_layers(),
+                h.layers - h.kda_layers(),
+                h.heads,
+                h.experts,
+                h.experts_used,
+                h.shared_experts,
+                h.vocab,
+                h.context
+            ),
+        )
     }
 }
 
@@ -402,17 +470,7 @@ fn u32_or(
 }
 
 fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<KimiK3File<'f>> {
-    match c.string(names::ARCHITECTURE, true) {
-        Some(ARCH) => {}
-        Some(other) => {
-            c.key_finding(
-                names::ARCHITECTURE,
-                format!("is `{other}`, expected `{ARCH}`"),
-            );
-            return None;
-        }
-        None => return None,
-    }
+    c.architecture_is(ARCH)?;
     let k = |s: &str| key(ARCH, s);
     let hidden = c.u32_in(&k(keys::EMBEDDING_LENGTH), bounds::EMBEDDING_LENGTH, true);
     let layers = c.u32_in(&k(keys::BLOCK_COUNT), bounds::K3_BLOCK_COUNT, true);
@@ -771,38 +829,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<KimiK3File<'f>> {
         return None;
     }
 
-    // The vocabulary is the embedding's row count.
-    let vocab = match c.dims(tensors::TOKEN_EMBD) {
-        Some(d) if d.len() == 2 && d[0] == hidden && bounds::VOCAB.contains(&d[1]) => d[1],
-        Some(d) => {
-            c.findings.push(Finding::tensor(
-                tensors::TOKEN_EMBD,
-                format!(
-                    "has ne {d:?}, expected [{hidden}, vocab] with a vocabulary of {}..={}",
-                    bounds::VOCAB.start(),
-                    bounds::VOCAB.end()
-                ),
-            ));
-            return None;
-        }
-        None => {
-            c.findings
-                .push(Finding::tensor(tensors::TOKEN_EMBD, "missing"));
-            return None;
-        }
-    };
-    if let Some(v) = c
-        .file
-        .get(&k(keys::VOCAB_SIZE))
-        .map(|_| c.u32(&k(keys::VOCAB_SIZE), true))
-    {
-        if let Some(v) = v.filter(|&v| u64::from(v) != vocab) {
-            c.key_finding(
-                &k(keys::VOCAB_SIZE),
-                format!("is {v}, but token_embd has {vocab} rows"),
-            );
-        }
-    }
+    let vocab = c.vocab_rows(ARCH, hidden)?;
     let hp = KimiK3Hparams {
         vocab: vocab as usize,
         ..hp

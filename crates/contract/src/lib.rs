@@ -9,9 +9,16 @@
 //! - [`llama_dflash::check`]: llama.cpp's `dflash` drafter → the same [`DraftFile`].
 //! - [`drafter`]: either drafter layout, chosen by `general.architecture`.
 //! - [`qwen3::check`]: llama.cpp's `qwen3` target → a [`Qwen3File`].
+//! - [`llama::check`]: llama.cpp's `llama` target → a [`LlamaFile`].
 //! - [`kimi_k3::check`]: llama.cpp's `kimi-k3` target → a [`KimiK3File`].
+//! - [`check`]: any model file → a [`ModelFile`] (a drafter, or a [`TargetFile`] of any
+//!   architecture in [`TARGETS`]), whose [`Summary`] `inspect` and `verify` print;
+//!   [`check_target`]: any target; [`TargetContract`]: what every target tells.
 //! - [`fit::check`]: a drafter against its target's [`TargetShape`].
 //! - [`identify`]: which kind a file says it is.
+//! - [`tokenizer`]: the `tokenizer.ggml.*` keys of any GGUF → a [`GgufVocab`] (targets
+//!   check theirs as part of their contract); [`vocab_file`] also parses llama.cpp's
+//!   vocabulary-only files.
 //! - [`names`]: every key and tensor name; [`bounds`]: every limit, with its reason.
 //! - [`ContractError`]: all the [`Finding`]s, each naming its key or tensor.
 //!
@@ -44,7 +51,9 @@ mod finding;
 pub mod fit;
 pub mod kimi_k3;
 mod layer;
+pub mod llama;
 pub mod llama_dflash;
+mod model;
 pub mod names;
 pub mod qwen3;
 mod vocab;
@@ -55,28 +64,21 @@ pub use finding::{ContractError, Finding, Subject};
 pub use fit::TargetShape;
 pub use kimi_k3::KimiK3File;
 pub use layer::LayerRefs;
+pub use llama::LlamaFile;
+pub use model::{
+    check, check_target, identify, kind_of, known_architectures, DrafterSummary, FileKind,
+    ModelFile, Summary, TargetContract, TargetFile, TargetKind, TargetSummary, TokenizerSummary,
+    TARGETS,
+};
 pub use qwen3::Qwen3File;
 pub use vocab::{
-    byte_char, char_byte, GgufVocab, SpecialTokens, TOKEN_TYPES, TOKEN_TYPE_CONTROL,
-    TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+    byte_char, byte_token_value, char_byte, tokenizer, vocab_file, GgufVocab, SpecialIds,
+    SpecialTokens, MAX_TOKEN_BYTES, TOKEN_TYPES, TOKEN_TYPE_BYTE, TOKEN_TYPE_CONTROL,
+    TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNDEFINED, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_UNUSED,
+    TOKEN_TYPE_USER_DEFINED,
 };
 
-use dspark_gguf::{GgufFile, Value};
-
-/// The kind of model a file says it is (by `general.architecture`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FileKind {
-    /// A `dflash-draft` drafter (any of [`dflash_draft::ACCEPTED_ARCHS`]).
-    DflashDraft,
-    /// A llama.cpp `dflash` drafter (DFlash or DSpark).
-    LlamaDflash,
-    /// A llama.cpp `qwen3` target.
-    Qwen3,
-    /// A llama.cpp `kimi-k3` target.
-    KimiK3,
-    /// Another architecture (its name), or none (`None`).
-    Unknown(Option<String>),
-}
+use dspark_gguf::GgufFile;
 
 /// Checks a drafter in either layout (`dflash-draft` or llama.cpp's `dflash`), chosen by
 /// its `general.architecture`; any other architecture is judged as a `dflash-draft`.
@@ -87,19 +89,5 @@ pub fn drafter<'f>(
     match identify(file) {
         FileKind::LlamaDflash => llama_dflash::check(file, matrix_types),
         _ => dflash_draft::check(file, matrix_types),
-    }
-}
-
-/// Which contract applies to `file`.
-pub fn identify(file: &GgufFile<'_>) -> FileKind {
-    match file.get(names::ARCHITECTURE) {
-        Some(Value::String(a)) if dflash_draft::ACCEPTED_ARCHS.contains(&a.as_str()) => {
-            FileKind::DflashDraft
-        }
-        Some(Value::String(a)) if a == qwen3::ARCH => FileKind::Qwen3,
-        Some(Value::String(a)) if a == kimi_k3::ARCH => FileKind::KimiK3,
-        Some(Value::String(a)) if a == llama_dflash::ARCH => FileKind::LlamaDflash,
-        Some(Value::String(a)) => FileKind::Unknown(Some(a.clone())),
-        _ => FileKind::Unknown(None),
     }
 }

@@ -1,4 +1,4 @@
-//! llama.cpp's `dflash` drafter layout (`llama-cpp/llama-cpp-dflash-layout.md`): what
+//! llama.cpp's `dflash` drafter layout (`docs/LLAMA-CPP.md` §2): what
 //! llama.cpp's converter writes for a Qwen3-backbone DFlash / DSpark drafter and its
 //! loader reads, held to what dspark's runtime implements. It yields the same
 //! [`DraftFile`] as the `dflash-draft` contract, so one loader runs both layouts.

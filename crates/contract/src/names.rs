@@ -5,7 +5,7 @@
 pub const ARCHITECTURE: &str = "general.architecture";
 
 /// Key suffixes after `<arch>.`, shared by llama.cpp's model architectures and the
-/// `dflash-draft` drafters (`gguf-and-contract.md` §5.2; llama.cpp `llama-arch.cpp`).
+/// `dflash-draft` drafters (`docs/GGUF.md` §5.2; llama.cpp `llama-arch.cpp`).
 pub mod keys {
     /// Positions the model was trained for.
     pub const CONTEXT_LENGTH: &str = "context_length";
@@ -78,7 +78,7 @@ pub mod keys {
     pub const DSPARK_CONFIDENCE_WITH_MARKOV: &str = "dflash.dspark.confidence_with_markov";
 }
 
-/// llama.cpp's `dflash` drafters (`llama-cpp/llama-cpp-dflash-layout.md` §2–§3): key
+/// llama.cpp's `dflash` drafters (`docs/LLAMA-CPP.md` §2): key
 /// suffixes after `dflash.` and tensor names, where they differ from `dflash-draft`'s.
 pub mod llama_dflash {
     /// `general.architecture` of llama.cpp's DFlash / DSpark drafters.
@@ -109,7 +109,7 @@ pub mod llama_dflash {
     pub const D2T: &str = "d2t";
 }
 
-/// llama.cpp's `kimi-k3` target (`llama-cpp/kimi-k3-layout.md` §1–§2): key suffixes
+/// llama.cpp's `kimi-k3` target (`docs/KIMI-K3.md#the-kimi-k3-gguf-layout`): key suffixes
 /// after `kimi-k3.` beyond [`keys`], and tensor names (per layer: the suffix after
 /// `blk.{i}.`).
 pub mod kimi_k3 {
@@ -329,9 +329,35 @@ pub mod tokenizer {
     pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
     /// Add EOS when encoding.
     pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
-    /// Every special-token id key, for range checks.
-    pub const SPECIAL_IDS: [&str; 8] = [
-        BOS_ID, EOS_ID, EOT_ID, UNK_ID, SEP_ID, PAD_ID, CLS_ID, MASK_ID,
+    /// Prefix a space to text that follows a special token or starts the input
+    /// (SentencePiece).
+    pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+    /// End of message.
+    pub const EOM_ID: &str = "tokenizer.ggml.eom_token_id";
+    /// Fill-in-the-middle: prefix.
+    pub const FIM_PRE_ID: &str = "tokenizer.ggml.fim_pre_token_id";
+    /// Fill-in-the-middle: suffix.
+    pub const FIM_SUF_ID: &str = "tokenizer.ggml.fim_suf_token_id";
+    /// Fill-in-the-middle: middle.
+    pub const FIM_MID_ID: &str = "tokenizer.ggml.fim_mid_token_id";
+    /// Fill-in-the-middle: padding.
+    pub const FIM_PAD_ID: &str = "tokenizer.ggml.fim_pad_token_id";
+    /// Fill-in-the-middle: repository name.
+    pub const FIM_REP_ID: &str = "tokenizer.ggml.fim_rep_token_id";
+    /// Fill-in-the-middle: file separator.
+    pub const FIM_SEP_ID: &str = "tokenizer.ggml.fim_sep_token_id";
+    /// Fill-in-the-middle prefix, older spelling (read after, and over, [`FIM_PRE_ID`]).
+    pub const PREFIX_ID: &str = "tokenizer.ggml.prefix_token_id";
+    /// Fill-in-the-middle suffix, older spelling (over [`FIM_SUF_ID`]).
+    pub const SUFFIX_ID: &str = "tokenizer.ggml.suffix_token_id";
+    /// Fill-in-the-middle middle, older spelling (over [`FIM_MID_ID`]).
+    pub const MIDDLE_ID: &str = "tokenizer.ggml.middle_token_id";
+    /// Every special-token id key, for range checks (the first eight as before; the
+    /// fill-in-the-middle ones after).
+    pub const SPECIAL_IDS: [&str; 18] = [
+        BOS_ID, EOS_ID, EOT_ID, UNK_ID, SEP_ID, PAD_ID, CLS_ID, MASK_ID, EOM_ID, FIM_PRE_ID,
+        FIM_SUF_ID, FIM_MID_ID, FIM_PAD_ID, FIM_REP_ID, FIM_SEP_ID, PREFIX_ID, SUFFIX_ID,
+        MIDDLE_ID,
     ];
 }
 

@@ -16,7 +16,7 @@ use crate::check::{Checker, Role, TensorRef};
 use crate::finding::ContractError;
 use crate::layer::{attention_dims, check_layer, LayerRefs};
 use crate::names::tensors::LayerDims;
-use crate::names::{self, key, keys, tensors};
+use crate::names::{key, keys, tensors};
 use crate::vocab::{check_vocab, GgufVocab, SpecialTokens};
 
 /// `general.architecture` of this kind.
@@ -28,28 +28,36 @@ pub const KIND: &str = "qwen3 target";
 /// llama.cpp's default RoPE base when `rope.freq_base` is absent.
 pub const DEFAULT_ROPE_BASE: f32 = 10_000.0;
 
-/// The hyper-parameters of a checked Qwen3 target.
-#[derive(Clone, Debug, PartialEq)]
+/// The hyper-parameters of a checked Qwen3 target (serialized under their GGUF key names).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Qwen3Hparams {
     /// `embedding_length`.
+    #[serde(rename = "embedding_length")]
     pub hidden: usize,
     /// `block_count`.
+    #[serde(rename = "block_count")]
     pub layers: usize,
     /// `attention.head_count`.
+    #[serde(rename = "head_count")]
     pub heads: usize,
     /// `attention.head_count_kv`.
+    #[serde(rename = "head_count_kv")]
     pub kv_heads: usize,
     /// `attention.key_length`.
     pub head_dim: usize,
     /// `feed_forward_length`.
+    #[serde(rename = "feed_forward_length")]
     pub ffn: usize,
     /// Rows of `token_embd` (= tokens in the vocabulary).
     pub vocab: usize,
     /// `context_length`.
+    #[serde(rename = "context_length")]
     pub context: usize,
     /// `attention.layer_norm_rms_epsilon`.
+    #[serde(rename = "rms_eps")]
     pub eps: f32,
     /// `rope.freq_base`.
+    #[serde(rename = "rope_freq_base")]
     pub rope_base: f32,
 }
 
@@ -105,6 +113,41 @@ impl<'f> Qwen3File<'f> {
     }
 }
 
+impl<'f> crate::TargetContract<'f> for Qwen3File<'f> {
+    fn arch(&self) -> &'static str {
+        ARCH
+    }
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+    fn shape(&self) -> crate::TargetShape {
+        Qwen3File::shape(self)
+    }
+    fn context(&self) -> usize {
+        self.hparams.context
+    }
+    fn vocab(&self) -> Option<&GgufVocab<'f>> {
+        self.vocab.as_ref()
+    }
+    fn special_tokens(&self) -> SpecialTokens {
+        self.special
+    }
+    fn summary(&self) -> crate::TargetSummary {
+        let h = &self.hparams;
+        crate::TargetSummary::new(
+            ARCH,
+            h,
+            self.output.is_none(),
+            self.vocab.as_ref(),
+            self.special,
+            format!(
+                "hidden {}, {} layers, {}/{} heads of {}, FFN {}, vocabulary {}, context {}",
+                h.hidden, h.layers, h.heads, h.kv_heads, h.head_dim, h.ffn, h.vocab, h.context
+            ),
+        )
+    }
+}
+
 /// Checks `file` against the `qwen3` contract. `matrix_types` are the weight types the
 /// caller's kernels multiply (norms must be F32). Every finding is collected.
 pub fn check<'f>(
@@ -117,17 +160,7 @@ pub fn check<'f>(
 }
 
 fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
-    match c.string(names::ARCHITECTURE, true) {
-        Some(ARCH) => {}
-        Some(other) => {
-            c.key_finding(
-                names::ARCHITECTURE,
-                format!("is `{other}`, expected `{ARCH}`"),
-            );
-            return None;
-        }
-        None => return None,
-    }
+    c.architecture_is(ARCH)?;
     let k = |s: &str| key(ARCH, s);
     let hidden = c.u32_in(&k(keys::EMBEDDING_LENGTH), bounds::EMBEDDING_LENGTH, true);
     let layers = c.u32_in(&k(keys::BLOCK_COUNT), bounds::BLOCK_COUNT, true);
@@ -142,22 +175,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
         None => heads,
         Some(_) => c.u32_in(&k(keys::HEAD_COUNT_KV), bounds::HEAD_COUNT, true),
     };
-    let default_hd = match (hidden, heads) {
-        (Some(h), Some(n)) if h % n == 0 => Some(h / n),
-        _ => None,
-    };
-    let head_dim = match c.file.get(&k(keys::KEY_LENGTH)) {
-        None => {
-            if default_hd.is_none() && hidden.is_some() && heads.is_some() {
-                c.key_finding(
-                    &k(keys::KEY_LENGTH),
-                    "missing, and embedding_length is not a multiple of head_count",
-                );
-            }
-            default_hd.filter(|d| bounds::HEAD_DIM.contains(d))
-        }
-        Some(_) => c.u32_in(&k(keys::KEY_LENGTH), bounds::HEAD_DIM, true),
-    };
+    let head_dim = c.head_dim(ARCH, hidden, heads);
     if let (Some(hd), Some(_)) = (head_dim, c.file.get(&k(keys::VALUE_LENGTH))) {
         if let Some(v) = c.u32(&k(keys::VALUE_LENGTH), true) {
             if u64::from(v) != hd {
@@ -195,26 +213,7 @@ fn check_inner<'f>(c: &mut Checker<'f, '_>) -> Option<Qwen3File<'f>> {
             ffn,
         },
     )?;
-    // The vocabulary is the embedding's row count.
-    let vocab = match c.dims(tensors::TOKEN_EMBD) {
-        Some(d) if d.len() == 2 && d[0] == hidden && bounds::VOCAB.contains(&d[1]) => d[1],
-        Some(d) => {
-            c.findings.push(crate::Finding::tensor(
-                tensors::TOKEN_EMBD,
-                format!(
-                    "has ne {d:?}, expected [{hidden}, vocab] with a vocabulary of {}..={}",
-                    bounds::VOCAB.start(),
-                    bounds::VOCAB.end()
-                ),
-            ));
-            return None;
-        }
-        None => {
-            c.findings
-                .push(crate::Finding::tensor(tensors::TOKEN_EMBD, "missing"));
-            return None;
-        }
-    };
+    let vocab = c.vocab_rows(ARCH, hidden)?;
     let token_embd = c.tensor(tensors::TOKEN_EMBD, Role::Matrix, &[hidden, vocab]);
     let output_norm = c.tensor(tensors::OUTPUT_NORM, Role::Vector, &[hidden]);
     let output = c.optional_tensor(tensors::OUTPUT, Role::Matrix, &[hidden, vocab]);

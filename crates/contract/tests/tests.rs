@@ -43,7 +43,7 @@ fn findings_about(bytes: &[u8], key: &str, draft: bool) -> Vec<String> {
 fn valid_files_pass_and_are_identified() {
     let (t, d) = pair();
     let (tf, df) = (GgufFile::parse(&t).unwrap(), GgufFile::parse(&d).unwrap());
-    assert_eq!(identify(&tf), FileKind::Qwen3);
+    assert_eq!(identify(&tf), FileKind::Target("qwen3"));
     assert_eq!(identify(&df), FileKind::DflashDraft);
     let target = qwen3::check(&tf, &types()).unwrap();
     let draft = dflash_draft::check(&df, &types()).unwrap();

@@ -1,6 +1,6 @@
 //! `config.json` of a drafter checkpoint, with every value's origin.
 //!
-//! Producers spell the same settings differently (`geometries.md`, "Variants"): SpecForge
+//! Producers spell the same settings differently (`docs/GGUF.md` §6.4): SpecForge
 //! nests the DSpark settings in `dflash_config` and RoPE in `rope_parameters`, DeepSpec
 //! keeps them flat, speculators nests the backbone in `transformer_layer_config`, and
 //! DeepSeek prefixes `dspark_`. Each value is looked up in a fixed order of candidate

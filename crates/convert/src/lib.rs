@@ -47,4 +47,5 @@ pub mod plan;
 pub mod report;
 pub mod source;
 pub mod verify;
+pub mod vocab_from;
 pub mod write;

@@ -1,9 +1,9 @@
 //! The one table between checkpoint names and GGUF names, with each tensor's role.
 //!
 //! Source names are SpecForge's (no `model.` prefix), plus the DSpark head aliases other
-//! producers use (`gguf-and-contract.md` §6.3); GGUF names are the contract crate's
+//! producers use (`docs/GGUF.md` §6.3); GGUF names are the contract crate's
 //! ([`dspark_contract::names::tensors`]). The table's order is the output's canonical
-//! tensor order (`output-contract.md` §1). No other module spells a source tensor name.
+//! tensor order (`docs/OUTPUT-CONTRACT.md` §1). No other module spells a source tensor name.
 
 use dspark_contract::names::tensors::{self as gguf, LayerTensor};
 
@@ -232,7 +232,7 @@ pub fn role_of_gguf(name: &str) -> Option<Role> {
 }
 
 /// The `dflash-draft` names llama.cpp's `dflash` layout spells differently, and its
-/// spelling (`llama-cpp/llama-cpp-dflash-layout.md` §3.1); every other name is shared.
+/// spelling (`docs/LLAMA-CPP.md` §2.3); every other name is shared.
 pub const LLAMA_NAMES: [(&str, &str); 6] = [
     (gguf::DFLASH_FC, dspark_contract::names::llama_dflash::FC),
     (

@@ -4,7 +4,7 @@
 //! [`Plan::new`] cross-checks the checkpoint against its config (every expected tensor
 //! present once, shapes consistent with heads × head_dim, FFN, fc input = captured layers
 //! × hidden, Markov and confidence shapes), applies the type policy
-//! (`output-contract.md` §2) and lays out the GGUF. The only thing it cannot know yet is
+//! (`docs/OUTPUT-CONTRACT.md` §2) and lays out the GGUF. The only thing it cannot know yet is
 //! the source files' SHA256, which the metadata records; hashes are fixed-length hex, so
 //! the header's size, and every offset, is known now ([`Plan::header`]).
 
@@ -1195,7 +1195,7 @@ impl Plan {
 
 /// The type policy of `layout`: [`policy_type`], except that llama.cpp's converter
 /// writes the confidence head's weight, a one-row matrix, at the output type (F16 when
-/// its row is not whole blocks, `llama-cpp-dflash-layout.md` §3.3).
+/// its row is not whole blocks, `docs/LLAMA-CPP.md` §2.5).
 pub fn layout_policy_type(
     layout: FileLayout,
     role: Role,
@@ -1210,7 +1210,7 @@ pub fn layout_policy_type(
     }
 }
 
-/// The type policy (`output-contract.md` §2): the type a tensor of `role` gets under
+/// The type policy (`docs/OUTPUT-CONTRACT.md` §2): the type a tensor of `role` gets under
 /// `outtype`, and why it falls back to F16 when its rows (`ne0` values) are not whole
 /// blocks of the policy's type.
 pub fn policy_type(role: Role, outtype: OutType, ne0: u64) -> (GgmlType, Option<String>) {

@@ -1,4 +1,4 @@
-//! `conversion-report.json` (`output-contract.md` §4): what was converted, how well, and
+//! `conversion-report.json` (`docs/OUTPUT-CONTRACT.md` §4): what was converted, how well, and
 //! the hashes that prove it. Deterministic: no timestamps, no absolute paths, keys in a
 //! fixed order, floats printed as their shortest round-trip form.
 

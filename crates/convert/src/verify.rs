@@ -29,7 +29,7 @@ pub fn written_by_dspark(file: &GgufFile<'_>) -> bool {
         .is_some_and(|c| c.starts_with("dspark "))
 }
 
-/// Checks this project's own output contract (`output-contract.md`) beyond what
+/// Checks this project's own output contract (`docs/OUTPUT-CONTRACT.md`) beyond what
 /// runtimes read: provenance keys, quantization keys, `general.file_type`, canonical
 /// tensor order. Meant for files [`written_by_dspark`].
 pub fn check_output_contract(file: &GgufFile<'_>) -> Vec<String> {
@@ -124,7 +124,7 @@ fn check_own_keys(file: &GgufFile<'_>, f: &mut Vec<String>) {
         .map(|t| canonical_rank(&t.name))
         .collect();
     if order.windows(2).any(|w| w[0] > w[1]) {
-        f.push("tensors are not in the canonical order of output-contract.md §1".into());
+        f.push("tensors are not in the canonical order of docs/OUTPUT-CONTRACT.md §1".into());
     }
 }
 

@@ -141,7 +141,10 @@ pub(crate) fn compute_chunk(
         let f = k
             .format(t.ty)
             .expect("the plan chooses types of the kernel table");
-        (f.quantize)(x, &mut bytes);
+        let quantize = f
+            .quantize
+            .expect("the plan chooses types dspark writes (F32, F16, BF16, Q8_0)");
+        quantize(x, &mut bytes);
         if !allow_nonfinite {
             if let Some(i) = (f.first_non_finite)(&bytes) {
                 let block = &x[i..(i + f.block_len()).min(x.len())];

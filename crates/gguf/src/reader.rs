@@ -4,7 +4,7 @@
 //! before anything is allocated; every product and sum is checked for overflow; the data
 //! section must be laid out exactly as ggml's loader expects (dense, aligned, in info
 //! order) and end at the end of the file. The checks are those of ggml's
-//! `gguf_init_from_file_ptr` (`gguf-and-contract.md` §1.6) plus the crash paths it
+//! `gguf_init_from_file_ptr` (`docs/GGUF.md` §1.6) plus the crash paths it
 //! leaves open (zero dims, empty keys, wrongly typed alignment, bool bytes other than 0/1).
 
 use std::collections::{BTreeMap, BTreeSet};

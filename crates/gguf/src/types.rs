@@ -45,11 +45,14 @@ pub enum GgmlType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    NVFP4,
+    Q1_0,
+    Q2_0,
 }
 
 /// `(type, id, name, block elements, block bytes)`; from ggml `type_traits` and gguf-py
 /// `GGML_QUANT_SIZES` (Q8_1 uses the C struct size, 36).
-const GGML_TYPES: [(GgmlType, u32, &str, u64, u64); 32] = [
+const GGML_TYPES: [(GgmlType, u32, &str, u64, u64); 35] = [
     (GgmlType::F32, 0, "F32", 1, 4),
     (GgmlType::F16, 1, "F16", 1, 2),
     (GgmlType::Q4_0, 2, "Q4_0", 32, 18),
@@ -82,6 +85,9 @@ const GGML_TYPES: [(GgmlType, u32, &str, u64, u64); 32] = [
     (GgmlType::TQ1_0, 34, "TQ1_0", 256, 54),
     (GgmlType::TQ2_0, 35, "TQ2_0", 256, 66),
     (GgmlType::MXFP4, 39, "MXFP4", 32, 17),
+    (GgmlType::NVFP4, 40, "NVFP4", 64, 36),
+    (GgmlType::Q1_0, 41, "Q1_0", 128, 18),
+    (GgmlType::Q2_0, 42, "Q2_0", 64, 18),
 ];
 
 impl GgmlType {
@@ -429,7 +435,7 @@ mod tests {
 
     #[test]
     fn removed_ids_are_refused() {
-        for id in [4, 5, 31, 32, 33, 36, 37, 38, 40, 99, u32::MAX] {
+        for id in [4, 5, 31, 32, 33, 36, 37, 38, 43, 64, 99, u32::MAX] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
         }
     }

@@ -4,7 +4,7 @@
 //! tensor's type and shape before it has a single quantized byte, so it builds the
 //! [`Header`] first, takes the [`Layout`] (where each tensor's bytes go), and then streams
 //! the data into place itself. The bytes follow gguf-py's `GGUFWriter` conventions
-//! (`gguf-and-contract.md` §4): KVs and tensors in insertion order, counts as u64, zero
+//! (`docs/GGUF.md` §4): KVs and tensors in insertion order, counts as u64, zero
 //! padding after the tensor infos and after every tensor blob, the last one included.
 
 use std::io::{self, Write};

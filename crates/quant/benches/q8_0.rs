@@ -35,8 +35,8 @@ fn quantize(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new(k.isa, level), &x, |b, x| {
                 b.iter(|| {
                     (k.format(dspark_gguf::GgmlType::Q8_0)
-                        .expect("Q8_0")
-                        .quantize)(x, &mut out)
+                        .and_then(|f| f.quantize)
+                        .expect("Q8_0"))(x, &mut out)
                 })
             });
         }

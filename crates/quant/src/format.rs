@@ -1,117 +1,139 @@
-//! The block-format trait, and the kernel table keyed by GGUF type.
+//! The block-format trait and the kernel-table row it produces.
 //!
-//! A format is one module: its block layout, a scalar reference for quantizing,
-//! dequantizing and dotting a row with an activation column, and (optionally) the faster
+//! A weight format is one module: its block layout, a scalar reference for dequantizing
+//! (equal to gguf-py's `gguf.quants.dequantize`, or to ggml's reference where gguf-py has
+//! none) and for dotting a row with a prepared activation column, where its blocks keep
+//! their floating-point scales (what may be NaN or infinite in a file), and the faster
 //! kernels it has for each instruction set ([`BlockFormat::kernels`]). The table
 //! ([`crate::FORMATS`]) has one row per format; [`crate::Kernels`] builds it for the CPU,
-//! and the tests walk it, so a new format (Q4_K, Q6_K) is one module and one row, and every
-//! kernel test covers it.
+//! the product driver ([`crate::gemm`]) reaches kernels only through it, and the tests walk
+//! it, so a new format is one module and one row, and every kernel test covers it.
+//!
+//! **Numerics.** A format's `dot_ref` *defines* its dot product, including the order in
+//! which partial sums are added; its fast kernels give the same bits (the integer parts are
+//! exact, and the floating-point steps follow the reference's order, fused multiply-adds
+//! included), and each column's result never depends on what other columns are computed
+//! beside it. The tests compare bits, never tolerances.
 
 use dspark_gguf::GgmlType;
+use half::f16;
 
-use crate::gemm::{Columns, Matrix, RowKernel};
+use crate::columns::{Activation, Columns};
+use crate::cpu::Detected;
+use crate::matrix::{Matrix, Packed, RowKernel};
 
-/// What a weight row is multiplied with: f32 columns, or columns converted once to the
-/// weights' own type, as ggml's CPU matmul does (its `vec_dot_type`: F16 weights dot F16
-/// activations, BF16 weights BF16 ones, Q8_0 weights Q8_0 blocks).
+/// A floating-point field of a block: its byte offset in the block and its encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// Plain f32 values.
-    F32,
-    /// Values rounded to F16 (nearest, ties to even), kept as f32: every product with an
-    /// F16 weight is then exact in f32.
-    F16,
-    /// Values rounded to BF16 (nearest, ties to even), kept as f32.
-    Bf16,
-    /// Q8_0 blocks ([`crate::q8_0::quantize_ref`]), split into f32 scales and i8 quants.
-    Q8_0,
+pub enum Scale {
+    /// An IEEE binary16 at this offset (non-finite: exponent bits all ones).
+    F16(usize),
+    /// An E8M0 exponent byte at this offset (MXFP4; `0xFF` is NaN).
+    E8m0(usize),
+    /// An IEEE binary16 spread over the top nibbles of the four little-endian u16 at this
+    /// offset, its lowest nibble in the first (IQ1_M's block scale, `ggml-common.h`'s
+    /// `iq1m_scale_t`): bits `4k..4k + 4` of the f16 are bits 12..16 of u16 k.
+    F16Nibbles(usize),
 }
 
-/// Instruction sets a kernel may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Isa {
-    /// Portable Rust.
-    Scalar,
-    /// AVX2, FMA and F16C.
-    Avx2,
-    /// The AVX2 set plus AVX-512 F, VL and VNNI.
-    Avx512Vnni,
-}
-
-/// Proof that this CPU has an instruction set: only [`Detected::scalar`] and the detecting
-/// constructors make one, so a kernel table built from it never holds a kernel the CPU
-/// cannot run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Detected(Isa);
-
-impl Detected {
-    /// The scalar references, which run anywhere.
-    pub const fn scalar() -> Detected {
-        Detected(Isa::Scalar)
+impl Scale {
+    /// Whether this field of `block` is NaN or infinite.
+    pub fn is_non_finite(self, block: &[u8]) -> bool {
+        match self {
+            Scale::F16(at) => u16::from_le_bytes([block[at], block[at + 1]]) & 0x7C00 == 0x7C00,
+            Scale::E8m0(at) => block[at] == 0xFF,
+            Scale::F16Nibbles(at) => f16_from_nibbles(block, at) & 0x7C00 == 0x7C00,
+        }
     }
 
-    /// AVX2 + FMA + F16C, when this CPU has them.
-    pub fn avx2() -> Option<Detected> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
-                return Some(Detected(Isa::Avx2));
+    /// Writes the f16 `bits` into this field of `block` (for the f16 kinds; an E8M0 field
+    /// takes `0xFF` for a non-finite pattern and `127` otherwise). The tests plant
+    /// non-finite scales with it.
+    pub fn set_f16_bits(self, block: &mut [u8], bits: u16) {
+        match self {
+            Scale::F16(at) => block[at..at + 2].copy_from_slice(&bits.to_le_bytes()),
+            Scale::E8m0(at) => block[at] = if bits & 0x7C00 == 0x7C00 { 0xFF } else { 127 },
+            Scale::F16Nibbles(at) => {
+                for k in 0..4 {
+                    let hi = &mut block[at + 2 * k + 1];
+                    *hi = (*hi & 0x0F) | ((bits >> (4 * k)) as u8 & 0x0F) << 4;
+                }
             }
         }
-        None
     }
 
-    /// AVX-512 F + VL + VNNI on top of the AVX2 set, when this CPU has them.
-    pub fn avx512_vnni() -> Option<Detected> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if Detected::avx2().is_some()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-            {
-                return Some(Detected(Isa::Avx512Vnni));
+    /// Sets this field of `block` to a finite value picked from `seed` (tests build random
+    /// blocks with it): an f16 of magnitude 2^-14..2^-2, an exponent 2^-10..2^-1.
+    pub fn set_finite(self, block: &mut [u8], seed: u64) {
+        match self {
+            Scale::F16(at) => {
+                let exp = (seed % 13) as i32 - 14;
+                let mant = 1.0 + ((seed >> 8) % 1024) as f32 / 1024.0;
+                let sign = if (seed >> 20) & 1 == 1 { -1.0 } else { 1.0 };
+                let v = f16::from_f32(sign * mant * 2f32.powi(exp));
+                block[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+            }
+            Scale::E8m0(at) => block[at] = 117 + (seed % 10) as u8,
+            Scale::F16Nibbles(_) => {
+                let mut plain = [0u8; 2];
+                Scale::F16(0).set_finite(&mut plain, seed);
+                self.set_f16_bits(block, u16::from_le_bytes(plain));
             }
         }
-        None
-    }
-
-    /// The instruction set.
-    pub fn isa(self) -> Isa {
-        self.0
-    }
-
-    /// Whether the AVX2 set is available (also true under AVX-512 VNNI).
-    pub fn has_avx2(self) -> bool {
-        self.0 >= Isa::Avx2
     }
 }
 
-/// A block format: its GGUF type, what it dots with, and its scalar references.
+/// The f16 bits of a [`Scale::F16Nibbles`] field at `at` of `block`.
+pub fn f16_from_nibbles(block: &[u8], at: usize) -> u16 {
+    (0..4).fold(0u16, |bits, k| {
+        bits | u16::from(block[at + 2 * k + 1] >> 4) << (4 * k)
+    })
+}
+
+/// The first value of the first block of `bytes` with a non-finite field among `scales`
+/// (whole blocks of `ty`), or `None`.
+pub fn first_non_finite_scale(ty: GgmlType, scales: &[Scale], bytes: &[u8]) -> Option<usize> {
+    let (bl, bb) = (ty.block_size() as usize, ty.type_size() as usize);
+    bytes
+        .chunks_exact(bb)
+        .position(|b| scales.iter().any(|s| s.is_non_finite(b)))
+        .map(|block| block * bl)
+}
+
+/// Whole blocks of f32 values → a format's blocks (`(values, out)`).
+pub type QuantizeFn = fn(&[f32], &mut [u8]);
+
+/// A weight format: its GGUF type, what it dots with, and its scalar references.
 pub trait BlockFormat: Sized {
     /// The GGUF type (block length and bytes come from `dspark_gguf`'s table).
     const TYPE: GgmlType;
-    /// What a row of this format is multiplied with.
+    /// What a row of this format is multiplied with (ggml's `vec_dot_type`).
     const ACTIVATION: Activation;
-    /// Reference quantization of whole blocks, bit-exact with ggml / gguf-py.
-    fn quantize_ref(x: &[f32], out: &mut [u8]);
-    /// Reference dequantization of whole blocks.
+    /// The floating-point fields of a block (empty for the plain types, which override
+    /// [`BlockFormat::first_non_finite`]).
+    const SCALES: &'static [Scale];
+    /// Reference dequantization of whole blocks (gguf-py's values, bit for bit).
     fn dequantize_ref(q: &[u8], y: &mut [f32]);
     /// Reference dot product of one row with column `c` of `x` (prepared for
-    /// [`BlockFormat::ACTIVATION`]).
+    /// [`BlockFormat::ACTIVATION`]); it defines the sum's order.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32;
+    /// Reference quantization of whole blocks, bit-exact with ggml / gguf-py, for the
+    /// formats dspark writes (`None` for those it only reads).
+    const QUANTIZE_REF: Option<QuantizeFn> = None;
     /// The index of the first value whose encoding is NaN or infinite (for a block format,
     /// the first value of the first block with a non-finite scale), or `None`.
-    fn first_non_finite(bytes: &[u8]) -> Option<usize>;
+    fn first_non_finite(bytes: &[u8]) -> Option<usize> {
+        first_non_finite_scale(Self::TYPE, Self::SCALES, bytes)
+    }
     /// The fastest kernels of this format for `cpu` (the references unless overridden).
     fn kernels(cpu: Detected) -> FormatKernels {
         let _ = cpu;
         FormatKernels::reference::<Self>()
     }
 }
+
+/// Makes a packed copy of a matrix for a format's kernels, or `None` when the matrix has
+/// nothing worth packing; fails, without allocating, if the memory cannot be reserved.
+pub type PackFn = fn(&Matrix<'_>) -> Result<Option<Packed>, std::collections::TryReserveError>;
 
 /// One row of the kernel table: a format's kernels for one CPU, with its references beside
 /// them for the tests.
@@ -121,24 +143,26 @@ pub struct FormatKernels {
     pub ty: GgmlType,
     /// What rows dot with.
     pub activation: Activation,
-    /// Quantization (the same bytes as `quantize_ref`).
-    pub quantize: fn(&[f32], &mut [u8]),
+    /// The floating-point fields of a block.
+    pub scales: &'static [Scale],
+    /// Quantization (the same bytes as `quantize_ref`), for the formats dspark writes.
+    pub quantize: Option<QuantizeFn>,
     /// Dequantization (the same values as `dequantize_ref`).
     pub dequantize: fn(&[u8], &mut [f32]),
-    /// Rows · columns, each within [`crate::gemm::DOT_TOLERANCE`] of `dot_ref`, each column
-    /// the same bits whatever else is computed with it.
+    /// Rows · columns, each the bits of `dot_ref`, each column the same bits whatever else
+    /// is computed with it.
     pub rows: RowKernel,
-    /// The reference quantizer.
-    pub quantize_ref: fn(&[f32], &mut [u8]),
+    /// The reference quantizer, for the formats dspark writes.
+    pub quantize_ref: Option<QuantizeFn>,
     /// The reference dequantizer.
     pub dequantize_ref: fn(&[u8], &mut [f32]),
     /// The reference dot product.
     pub dot_ref: fn(&[u8], &Columns<'_>, usize) -> f32,
     /// The first non-finite value of whole blocks, or `None`.
     pub first_non_finite: fn(&[u8]) -> Option<usize>,
-    /// Whether `rows` reads a matrix's packed tiles ([`crate::gemm::Packed`]) when it has
-    /// them (same bits as without); `false` means packing would only cost memory.
-    pub packs: bool,
+    /// Makes the packed copy `rows` reads when a matrix has one (same bits as without);
+    /// `None`: this format's kernels read the file's layout only.
+    pub pack: Option<PackFn>,
 }
 
 impl FormatKernels {
@@ -147,14 +171,15 @@ impl FormatKernels {
         FormatKernels {
             ty: F::TYPE,
             activation: F::ACTIVATION,
-            quantize: F::quantize_ref,
+            scales: F::SCALES,
+            quantize: F::QUANTIZE_REF,
             dequantize: F::dequantize_ref,
             rows: rows_ref::<F>,
-            quantize_ref: F::quantize_ref,
+            quantize_ref: F::QUANTIZE_REF,
             dequantize_ref: F::dequantize_ref,
             dot_ref: F::dot_ref,
             first_non_finite: F::first_non_finite,
-            packs: false,
+            pack: None,
         }
     }
 
@@ -172,14 +197,61 @@ impl FormatKernels {
     pub fn row_bytes(&self, cols: usize) -> usize {
         cols / self.block_len() * self.block_bytes()
     }
+
+    /// Arbitrary valid blocks for `values` values (whole blocks), the same for the same
+    /// seed: random bytes with every scale set finite and small ([`Scale::set_finite`]);
+    /// every other bit pattern of a block is a valid encoding. Plain formats get values
+    /// of magnitude below 2 instead. For tests, benchmarks and synthetic models.
+    pub fn sample(&self, values: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            // SplitMix64.
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let mut q = vec![0u8; self.row_bytes(values)];
+        if self.block_len() == 1 {
+            let v: Vec<f32> = (0..values)
+                .map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+                .collect();
+            let quantize = self.quantize_ref.expect("plain formats have an encoder");
+            quantize(&v, &mut q);
+            return q;
+        }
+        for chunk in q.chunks_mut(8) {
+            let r = next().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+        for block in q.chunks_exact_mut(self.block_bytes()) {
+            for s in self.scales {
+                s.set_finite(block, next());
+            }
+        }
+        q
+    }
 }
 
 /// The scalar row kernel of format `F`: `F::dot_ref` for each row and column.
 pub fn rows_ref<F: BlockFormat>(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
+    rows_by_dot(w, first, x, out, F::dot_ref)
+}
+
+/// A row kernel from a one-row, one-column dot product: `dot` for each row and column.
+pub fn rows_by_dot(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+    dot: impl Fn(&[u8], &Columns<'_>, usize) -> f32,
+) {
     let n = x.count();
     for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first + i);
         for (c, o) in row_out.iter_mut().enumerate() {
-            *o = F::dot_ref(w.row(first + i), x, c);
+            *o = dot(row, x, c);
         }
     }
 }

@@ -4,9 +4,10 @@
 use dspark_gguf::GgmlType;
 use half::f16;
 
+use crate::columns::{Activation, Columns};
+use crate::cpu::Detected;
 use crate::float::{decode, encode_f16};
-use crate::format::{Activation, BlockFormat, Detected, FormatKernels};
-use crate::gemm::Columns;
+use crate::format::{BlockFormat, FormatKernels, Scale};
 use crate::SourceDtype;
 
 /// The F16 format.
@@ -16,19 +17,20 @@ impl BlockFormat for Fp16 {
     const TYPE: GgmlType = GgmlType::F16;
     const ACTIVATION: Activation = Activation::F16;
 
-    fn quantize_ref(x: &[f32], out: &mut [u8]) {
-        encode_f16(x, out)
-    }
+    const SCALES: &'static [Scale] = &[];
+    const QUANTIZE_REF: Option<crate::format::QuantizeFn> = Some(encode_f16);
 
     fn dequantize_ref(q: &[u8], y: &mut [f32]) {
         decode(SourceDtype::F16, q, y)
     }
 
+    /// In the plain kernels' order: eight lanes in two accumulators, fused multiply-adds,
+    /// [`crate::lanes::hsum8`], then the tail one by one.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-        row.chunks_exact(2)
-            .zip(x.f32(c))
-            .map(|(b, &v)| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
-            .sum()
+        crate::plain::dot_lanes(
+            |j| f16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32(),
+            x.f32(c),
+        )
     }
 
     fn first_non_finite(bytes: &[u8]) -> Option<usize> {
@@ -45,7 +47,7 @@ impl BlockFormat for Fp16 {
             k.rows = |w, first, x, out| {
                 // SAFETY: this row is built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe {
-                    crate::gemm::x86_64::rows_plain::<crate::gemm::x86_64::LoadF16>(
+                    crate::plain::x86_64::rows_plain::<crate::plain::x86_64::LoadF16>(
                         w, first, x, out,
                     )
                 }

@@ -2,9 +2,10 @@
 
 use dspark_gguf::GgmlType;
 
+use crate::columns::{Activation, Columns};
+use crate::cpu::Detected;
 use crate::float::{decode, encode_f32};
-use crate::format::{Activation, BlockFormat, Detected, FormatKernels};
-use crate::gemm::Columns;
+use crate::format::{BlockFormat, FormatKernels, Scale};
 use crate::SourceDtype;
 
 /// The F32 format.
@@ -14,19 +15,20 @@ impl BlockFormat for Fp32 {
     const TYPE: GgmlType = GgmlType::F32;
     const ACTIVATION: Activation = Activation::F32;
 
-    fn quantize_ref(x: &[f32], out: &mut [u8]) {
-        encode_f32(x, out)
-    }
+    const SCALES: &'static [Scale] = &[];
+    const QUANTIZE_REF: Option<crate::format::QuantizeFn> = Some(encode_f32);
 
     fn dequantize_ref(q: &[u8], y: &mut [f32]) {
         decode(SourceDtype::F32, q, y)
     }
 
+    /// In the plain kernels' order: eight lanes in two accumulators, fused multiply-adds,
+    /// [`crate::lanes::hsum8`], then the tail one by one.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-        row.chunks_exact(4)
-            .zip(x.f32(c))
-            .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
-            .sum()
+        crate::plain::dot_lanes(
+            |j| f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]]),
+            x.f32(c),
+        )
     }
 
     fn first_non_finite(bytes: &[u8]) -> Option<usize> {
@@ -42,7 +44,7 @@ impl BlockFormat for Fp32 {
             k.rows = |w, first, x, out| {
                 // SAFETY: this row is built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe {
-                    crate::gemm::x86_64::rows_plain::<crate::gemm::x86_64::LoadF32>(
+                    crate::plain::x86_64::rows_plain::<crate::plain::x86_64::LoadF32>(
                         w, first, x, out,
                     )
                 }

@@ -2,16 +2,29 @@
 //! references, and SIMD kernels that agree with them.
 //!
 //! # Brief overview
-//! - [`BlockFormat`]: what a format is (its GGUF type, the [`Activation`] it dots with,
-//!   reference quantize / dequantize / dot); one module each: [`fp32`], [`fp16`],
-//!   [`bf16`], [`q8_0`] (ggml's reference quantizer, bit for bit).
-//! - [`FORMATS`]: the table, one row per format, keyed by [`GgmlType`]; [`Kernels`] is the
-//!   table built for this CPU ([`kernels`]), with the attention vector kernels and the
-//!   error sums beside it. Fast kernels equal their references (bytes for quantizers, bits
-//!   for the error sums, [`gemm::DOT_TOLERANCE`] for dot products), and the tests walk the
-//!   table, so a new format is one module plus one row, covered automatically.
-//! - [`gemm`]: weight matrix × 1..16 activation columns, each column computed exactly as it
-//!   would be alone.
+//! - [`BlockFormat`]: what a weight format is (its GGUF type, the [`Activation`] it dots
+//!   with, where its blocks keep their scales, reference dequantize and dot, a reference
+//!   quantizer for the formats dspark writes); one module each: [`fp32`], [`fp16`],
+//!   [`bf16`], [`q8_0`] (ggml's reference quantizer, bit for bit); the formats of
+//!   32-value runs [`q4_0`], [`q4_1`], [`q5_0`], [`q5_1`], [`iq4_nl`], [`mxfp4`] and
+//!   [`q1_0`] (read only), whose shared summation order and kernels live in `legacy.rs`;
+//!   the Q8_K-partnered [`iq4_xs`], [`iq1_s`], [`iq1_m`] (on the lattice [`iq1s_grid`]),
+//!   [`tq1_0`] and [`tq2_0`], whose dot products share one shape ([`superblock`]); the
+//!   k-quants [`q2_k`], [`q3_k`], [`q4_k`], [`q5_k`], [`q6_k`] (read only; what they share
+//!   is in [`kquant`]); the lattice i-quants [`iq2_xxs`], [`iq2_xs`], [`iq2_s`],
+//!   [`iq3_xxs`], [`iq3_s`] (read only; shared parts in [`iq_lattice`], their grids in
+//!   [`iq_grids`]).
+//! - [`Activation`]: the activation kinds weights dot with (ggml's `vec_dot_type`): f32,
+//!   F16, BF16, and the quantized [`q8_0`], [`q8_1`], [`q8_k`] blocks, made by ggml's x86
+//!   recipes; [`Columns`] holds columns prepared for one of them.
+//! - [`FORMATS`] and [`ACTIVATIONS`]: the tables, one row per weight format and per
+//!   quantized activation kind; [`Kernels`] is both built for this CPU ([`kernels`]), with
+//!   the attention vector kernels and the error sums beside them. Fast kernels equal their
+//!   references (bytes for quantizers, bits for dot products and error sums; Q8_0's dots
+//!   within [`gemm::DOT_TOLERANCE`]), and the tests walk the tables, so a new format is one
+//!   module plus one row, covered automatically.
+//! - [`gemm`]: weight matrix ([`Matrix`]) × 1..16 activation columns, each column computed
+//!   exactly as it would be alone; it knows formats only through their table rows.
 //! - [`float`]: decoding BF16 / F16 / F32 source bytes and encoding F16 / BF16.
 //! - [`error`]: quantization error sums with a defined summation order.
 //! - [`vector`]: the f32 dot product and `y += s·x` of attention.
@@ -28,44 +41,120 @@
 //! let mut fast = vec![0u8; 68];
 //! let mut reference = vec![0u8; 68];
 //! let q8 = kernels().format(GgmlType::Q8_0).unwrap();
-//! (q8.quantize)(&x, &mut fast);
+//! (q8.quantize.unwrap())(&x, &mut fast);
 //! q8_0::quantize_ref(&x, &mut reference);
 //! assert_eq!(fast, reference);
-//! assert!(kernels().format(GgmlType::Q4_K).is_none()); // no kernel reads it (yet)
+//! assert!(kernels().format(GgmlType::Q8_K).is_none()); // an activation kind, never a weight
 //! ```
 #![deny(missing_docs)]
 
 use std::sync::OnceLock;
 
 pub mod bf16;
+pub mod columns;
+pub mod cpu;
 pub mod error;
 pub mod float;
 pub mod format;
 pub mod fp16;
 pub mod fp32;
 pub mod gemm;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq1s_grid;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod iq_grids;
+pub mod iq_lattice;
+pub mod kquant;
+pub mod lanes;
+mod legacy;
+pub mod matrix;
+pub mod mxfp4;
+mod plain;
+pub mod q1_0;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
 pub mod q8_0;
+pub mod q8_1;
+pub mod q8_k;
+pub mod superblock;
+pub mod tq1_0;
+pub mod tq2_0;
 pub mod vector;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 
 use dspark_gguf::GgmlType;
 
+pub use columns::{Activation, ActivationKernels, Columns};
+pub use cpu::{Detected, Isa};
 pub use error::ErrorSums;
 pub use float::SourceDtype;
-pub use format::{Activation, BlockFormat, Detected, FormatKernels, Isa};
+pub use format::{BlockFormat, FormatKernels, QuantizeFn, Scale};
+pub use matrix::{Matrix, Packed};
 
-/// How many formats the table holds.
-pub const FORMAT_COUNT: usize = 4;
+/// How many weight formats the table holds.
+pub const FORMAT_COUNT: usize = 26;
 
 /// A row of [`FORMATS`]: a GGUF type and the function giving its kernels for a CPU.
 pub type FormatRow = (GgmlType, fn(Detected) -> FormatKernels);
 
-/// The formats, one row each. Adding a format is a module implementing [`BlockFormat`]
-/// and a row here.
+/// The weight formats, one row each. Adding a format is a module implementing
+/// [`BlockFormat`] and a row here.
 pub const FORMATS: [FormatRow; FORMAT_COUNT] = [
     (GgmlType::F32, <fp32::Fp32 as BlockFormat>::kernels),
     (GgmlType::F16, <fp16::Fp16 as BlockFormat>::kernels),
     (GgmlType::BF16, <bf16::Bf16 as BlockFormat>::kernels),
     (GgmlType::Q8_0, <q8_0::Q8_0 as BlockFormat>::kernels),
+    (GgmlType::Q4_0, <q4_0::Q4_0 as BlockFormat>::kernels),
+    (GgmlType::Q4_1, <q4_1::Q4_1 as BlockFormat>::kernels),
+    (GgmlType::Q5_0, <q5_0::Q5_0 as BlockFormat>::kernels),
+    (GgmlType::Q5_1, <q5_1::Q5_1 as BlockFormat>::kernels),
+    (GgmlType::IQ4_NL, <iq4_nl::Iq4Nl as BlockFormat>::kernels),
+    (GgmlType::MXFP4, <mxfp4::Mxfp4 as BlockFormat>::kernels),
+    (GgmlType::Q1_0, <q1_0::Q1_0 as BlockFormat>::kernels),
+    (GgmlType::IQ4_XS, <iq4_xs::Iq4Xs as BlockFormat>::kernels),
+    (GgmlType::IQ1_S, <iq1_s::Iq1S as BlockFormat>::kernels),
+    (GgmlType::IQ1_M, <iq1_m::Iq1M as BlockFormat>::kernels),
+    (GgmlType::TQ1_0, <tq1_0::Tq1_0 as BlockFormat>::kernels),
+    (GgmlType::TQ2_0, <tq2_0::Tq2_0 as BlockFormat>::kernels),
+    (GgmlType::Q2_K, <q2_k::Q2K as BlockFormat>::kernels),
+    (GgmlType::Q3_K, <q3_k::Q3K as BlockFormat>::kernels),
+    (GgmlType::Q4_K, <q4_k::Q4K as BlockFormat>::kernels),
+    (GgmlType::Q5_K, <q5_k::Q5K as BlockFormat>::kernels),
+    (GgmlType::Q6_K, <q6_k::Q6K as BlockFormat>::kernels),
+    (GgmlType::IQ2_XXS, <iq2_xxs::Iq2Xxs as BlockFormat>::kernels),
+    (GgmlType::IQ2_XS, <iq2_xs::Iq2Xs as BlockFormat>::kernels),
+    (GgmlType::IQ2_S, <iq2_s::Iq2S as BlockFormat>::kernels),
+    (GgmlType::IQ3_XXS, <iq3_xxs::Iq3Xxs as BlockFormat>::kernels),
+    (GgmlType::IQ3_S, <iq3_s::Iq3S as BlockFormat>::kernels),
+];
+
+/// How many quantized activation kinds the table holds.
+pub const ACTIVATION_COUNT: usize = 3;
+
+/// A row of [`ACTIVATIONS`]: a quantized activation kind and the function giving its
+/// quantizer for a CPU.
+pub type ActivationRow = (Activation, fn(Detected) -> ActivationKernels);
+
+/// The quantized activation kinds, one row each.
+pub const ACTIVATIONS: [ActivationRow; ACTIVATION_COUNT] = [
+    (Activation::Q8_0, q8_0::activation_kernels),
+    (Activation::Q8_1, q8_1::activation_kernels),
+    (Activation::Q8_K, q8_k::activation_kernels),
 ];
 
 /// The weight types some kernel multiplies (the contract checks take this list).
@@ -80,6 +169,8 @@ pub struct Kernels {
     pub isa: &'static str,
     /// The format table, in [`FORMATS`] order.
     pub formats: [FormatKernels; FORMAT_COUNT],
+    /// The quantized activation kinds' quantizers, in [`ACTIVATIONS`] order.
+    pub activations: [ActivationKernels; ACTIVATION_COUNT],
     /// Error sums, identical in bits to [`error::error_sums_ref`] (NaN payloads aside).
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
     /// f32 dot product, within [`gemm::DOT_TOLERANCE`] of [`vector::dot_ref`].
@@ -92,9 +183,6 @@ pub struct Kernels {
     /// Weighted values at a stride summed in order ([`vector::axpys_ref`]), each step the
     /// same bits as [`Kernels::axpy_f32`].
     pub axpys_f32: fn(&mut [f32], &[f32], &[f32], usize),
-    /// Q8_0 activations by ggml's x86 recipe, the bytes of
-    /// [`q8_0::quantize_activations_ref`].
-    pub q8_activations: fn(&[f32], &mut [u8]),
     /// An F16 accumulator rescaled, the bits of [`vector::scale_round_f16_ref`].
     pub scale_round_f16: fn(&mut [f32], f32),
     /// An F16 accumulator taking a weighted row, the bits of
@@ -108,12 +196,12 @@ impl Kernels {
         let mut k = Kernels {
             isa: "scalar",
             formats: FORMATS.map(|(_, kernels)| kernels(cpu)),
+            activations: ACTIVATIONS.map(|(_, kernels)| kernels(cpu)),
             error_sums: error::error_sums_ref,
             dot_f32: vector::dot_ref,
             axpy_f32: vector::axpy_ref,
             dots_f32: vector::dots_ref,
             axpys_f32: vector::axpys_ref,
-            q8_activations: q8_0::quantize_activations_ref,
             scale_round_f16: vector::scale_round_f16_ref,
             mad_round_f16: vector::mad_round_f16_ref,
         };
@@ -148,10 +236,6 @@ impl Kernels {
                 // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe { vector::x86_64::mad_round_f16_avx2(y, x, s, fused) }
             };
-            k.q8_activations = |x, out| {
-                // SAFETY: built only from a `Detected` with AVX2.
-                unsafe { q8_0::x86_64::quantize_activations_avx2(x, out) }
-            };
             k.axpys_f32 = |y, w, values, stride| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::axpys_avx2(y, w, values, stride) }
@@ -179,6 +263,11 @@ impl Kernels {
     /// The kernels of weight type `ty`, or `None` when no format module reads it.
     pub fn format(&self, ty: GgmlType) -> Option<&FormatKernels> {
         self.formats.iter().find(|f| f.ty == ty)
+    }
+
+    /// The quantizer of activation kind `a`, or `None` for the float kinds.
+    pub fn activation(&self, a: Activation) -> Option<&ActivationKernels> {
+        self.activations.iter().find(|k| k.activation == a)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Q8_0: blocks of 32 values stored as an f16 scale and 32 signed bytes (34 bytes).
 //!
 //! [`quantize_ref`] restates ggml's `quantize_row_q8_0_ref` (`ggml/src/ggml-quants.c`),
-//! which gguf-py's `quants.py` reproduces byte for byte (`gguf-and-contract.md` §3):
+//! which gguf-py's `quants.py` reproduces byte for byte (`docs/GGUF.md` §3):
 //! `amax` by C-style max, `d = amax / 127` and `id = 1 / d` in f32, `q = roundf(x · id)`
 //! (ties away from zero) from the **unrounded** f32 `d`, scale stored as IEEE
 //! round-to-nearest-even f16. A product that is not finite (only when `1/d` overflows, or
@@ -11,8 +11,10 @@
 use dspark_gguf::GgmlType;
 use half::f16;
 
-use crate::format::{Activation, BlockFormat, Detected, FormatKernels};
-use crate::gemm::Columns;
+use crate::columns::{Activation, ActivationKernels, Columns};
+use crate::cpu::Detected;
+use crate::format::{BlockFormat, FormatKernels, Scale};
+use crate::matrix::{Matrix, Packed};
 
 /// Values per block (`QK8_0` in `ggml-common.h`).
 pub const QK8_0: usize = 32;
@@ -64,7 +66,8 @@ pub fn quantize_block_ref(x: &[f32], out: &mut [u8]) {
 /// # Panics
 /// If the lengths do not match.
 pub fn quantize_activations(x: &[f32], out: &mut [u8]) {
-    (crate::kernels().q8_activations)(x, out)
+    let row = crate::kernels().activation(Activation::Q8_0);
+    (row.expect("the table has a Q8_0 activation row").quantize)(x, out)
 }
 
 /// [`quantize_activations`]' scalar reference.
@@ -124,6 +127,25 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The integer dot of one block's weight quants `w` and activation quants `x` as the AVX2
+/// kernels compute it (`|w|` times `x` with `w`'s sign, pairs added in i16, which never
+/// saturates for these ranges): exact, except that for `w < 0` an `x` of -128 is negated to
+/// -128 (an 8-bit wrap). Activation quants are -128 only when a block's scale overflows.
+pub fn block_isum(w: &[u8], x: &[i8]) -> i32 {
+    w.iter()
+        .zip(x)
+        .map(|(&wb, &xv)| {
+            let w = wb as i8;
+            let sx = match w.signum() {
+                -1 => xv.wrapping_neg(),
+                0 => 0,
+                _ => xv,
+            };
+            i32::from(w.unsigned_abs()) * i32::from(sx)
+        })
+        .sum()
+}
+
 /// The Q8_0 format: rows dot with Q8_0 activation columns (an exact integer dot per block,
 /// scaled by `d_w · d_x`), as ggml's CPU matmul computes them.
 pub struct Q8_0;
@@ -131,69 +153,70 @@ pub struct Q8_0;
 impl BlockFormat for Q8_0 {
     const TYPE: GgmlType = GgmlType::Q8_0;
     const ACTIVATION: Activation = Activation::Q8_0;
-
-    fn quantize_ref(x: &[f32], out: &mut [u8]) {
-        quantize_ref(x, out)
-    }
+    const SCALES: &'static [Scale] = &[Scale::F16(0)];
+    const QUANTIZE_REF: Option<crate::format::QuantizeFn> = Some(quantize_ref);
 
     fn dequantize_ref(q: &[u8], y: &mut [f32]) {
         dequantize_ref(q, y)
     }
 
-    /// `Σ_b (d_w · d_x) · isum_b` in block order, f32, from 0.
+    /// In the order the kernels sum it: per block b an exact integer dot `isum_b` (with
+    /// the AVX2 sign trick's one wrap: a weight below zero negates an activation quant of
+    /// -128 to itself, see [`block_isum`]); blocks of whole runs of eight go to lane
+    /// `b mod 8`, each `lane = fma(d_w · d_x, isum_b, lane)`, reduced by
+    /// [`crate::lanes::hsum8`]; the remaining blocks are summed one by one,
+    /// `tail += (d_w · d_x) · isum_b`; the result is `hsum + tail`.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);
-        let mut acc = 0.0f32;
-        for ((wb, &dx), qx) in row
-            .chunks_exact(BLOCK_BYTES)
-            .zip(xd)
-            .zip(xq.chunks_exact(QK8_0))
-        {
+        let nb = row.len() / BLOCK_BYTES;
+        let whole = nb / 8 * 8;
+        let term = |b: usize| {
+            let wb = &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
             let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
-            let isum: i32 = wb[2..]
-                .iter()
-                .zip(qx)
-                .map(|(&a, &b)| i32::from(a as i8) * i32::from(b))
-                .sum();
-            acc += dw * dx * isum as f32;
+            (
+                dw * xd[b],
+                block_isum(&wb[2..], &xq[b * QK8_0..(b + 1) * QK8_0]) as f32,
+            )
+        };
+        let mut acc = [0.0f32; 8];
+        for b in 0..whole {
+            let (scale, isum) = term(b);
+            acc[b % 8] = scale.mul_add(isum, acc[b % 8]);
         }
-        acc
-    }
-
-    /// Quants are integers: only a block's f16 scale can be NaN or infinite.
-    fn first_non_finite(bytes: &[u8]) -> Option<usize> {
-        bytes
-            .chunks_exact(BLOCK_BYTES)
-            .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7C00 == 0x7C00)
-            .map(|block| block * QK8_0)
+        let mut tail = 0.0f32;
+        for b in whole..nb {
+            let (scale, isum) = term(b);
+            tail += scale * isum;
+        }
+        crate::lanes::hsum8(acc) + tail
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q8_0>();
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::format::Isa;
+            use crate::cpu::Isa;
             if cpu.has_avx2() {
-                k.quantize = |x, out| {
+                k.quantize = Some(|x, out| {
                     // SAFETY: built only from a `Detected` with AVX2.
                     unsafe { x86_64::quantize_avx2(x, out) }
-                };
+                });
                 k.dequantize = |q, y| {
                     // SAFETY: built only from a `Detected` with AVX2.
                     unsafe { x86_64::dequantize_avx2(q, y) }
                 };
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { crate::gemm::x86_64::rows_q8_0_avx2(w, first, x, out) }
+                    unsafe { gemm_x86_64::rows_q8_0_avx2(w, first, x, out) }
                 };
             }
             if cpu.isa() == Isa::Avx512Vnni {
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX-512 F, VL and VNNI and
                     // the AVX2 set.
-                    unsafe { crate::gemm::x86_64::rows_q8_0_vnni(w, first, x, out) }
+                    unsafe { gemm_x86_64::rows_q8_0_vnni(w, first, x, out) }
                 };
-                k.packs = true;
+                k.pack = Some(pack);
             }
         }
         let _ = cpu;
@@ -201,8 +224,81 @@ impl BlockFormat for Q8_0 {
     }
 }
 
+/// The Q8_0 activation quantizer of `cpu` (ggml's x86 recipe), for the table's activation
+/// part.
+pub fn activation_kernels(cpu: Detected) -> ActivationKernels {
+    let mut k = ActivationKernels {
+        activation: Activation::Q8_0,
+        quantize: quantize_activations_ref,
+        quantize_ref: quantize_activations_ref,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx2() {
+        k.quantize = |x, out| {
+            // SAFETY: built only from a `Detected` with AVX2.
+            unsafe { x86_64::quantize_activations_avx2(x, out) }
+        };
+    }
+    let _ = cpu;
+    k
+}
+
+/// Rows per tile of the packed Q8_0 layout ([`pack`]).
+pub const PACK_ROWS: usize = 16;
+
+/// Bytes of one block of one packed tile: 16 rows' quants (512) and scales (32).
+pub(crate) const PACK_BLOCK_BYTES: usize = PACK_ROWS * BLOCK_BYTES;
+
+const _: () = assert!(crate::gemm::TASK_ROW_ALIGN.is_multiple_of(PACK_ROWS));
+
+/// A Q8_0 matrix's whole tiles of [`PACK_ROWS`] rows, re-laid so the AVX-512 VNNI kernel
+/// computes sixteen rows' block sums in the sixteen lanes of one register, with no
+/// reduction per row: in the file each row's blocks follow one another, so a one-column
+/// kernel must reduce every block's products across a register (a third of its work on a
+/// 256-wide model). Rows beyond the last whole tile stay in the file's layout only; `None`
+/// when there is no whole tile.
+///
+/// Tile t (rows 16t..16t + 16) of a matrix of nb blocks per row is `nb · 544` bytes at
+/// `t · nb · 544`: first the quants, block by block, each block eight 64-byte registers,
+/// register k holding bytes 4k..4k + 4 of that block of rows 0..16 (each byte XOR 0x80,
+/// i.e. `w + 128` as an unsigned byte, what `vpdpbusd` multiplies); then the f16 scales,
+/// block by block, 16 rows each. The same bytes as the file's, moved: a packed matrix is
+/// exactly as large.
+///
+/// Written here rather than taken from ggml's repacking because ggml's Q8_0 layouts are
+/// made for other instructions.
+pub fn pack(m: &Matrix<'_>) -> Result<Option<Packed>, std::collections::TryReserveError> {
+    let tiles = m.rows / PACK_ROWS;
+    if m.ty != GgmlType::Q8_0 || tiles == 0 {
+        return Ok(None);
+    }
+    let nb = m.cols / QK8_0;
+    let len = tiles * nb * PACK_BLOCK_BYTES;
+    Packed::build(m, len, |out| {
+        for (t, tile) in out.chunks_exact_mut(nb * PACK_BLOCK_BYTES).enumerate() {
+            let (quants, scales) = tile.split_at_mut(nb * PACK_ROWS * QK8_0);
+            for r in 0..PACK_ROWS {
+                let row = m.row(t * PACK_ROWS + r);
+                for (b, block) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+                    scales[(b * PACK_ROWS + r) * 2..][..2].copy_from_slice(&block[..2]);
+                    for k in 0..8 {
+                        let at = b * PACK_ROWS * QK8_0 + k * 64 + 4 * r;
+                        for j in 0..4 {
+                            quants[at + j] = block[2 + 4 * k + j] ^ 0x80;
+                        }
+                    }
+                }
+            }
+        }
+    })
+    .map(Some)
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
+
+#[cfg(target_arch = "x86_64")]
+mod gemm_x86_64;
 
 #[cfg(test)]
 mod tests {

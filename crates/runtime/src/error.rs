@@ -26,6 +26,10 @@ pub enum RuntimeError {
     /// outside the vocabulary, a drafter made for another target).
     #[error("{0}")]
     Request(String),
+    /// A request that does not fit the context (the models', or the one asked for),
+    /// refused before any work by [`crate::generate::fit_context`].
+    #[error("{0}")]
+    Context(String),
     /// An allocation this machine cannot hold, refused before it was tried.
     #[error("{what} needs {bytes} bytes of memory{}", available.map_or(String::new(), |a| format!(", but only {a} are available")))]
     Memory {

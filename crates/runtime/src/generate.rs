@@ -1,4 +1,4 @@
-//! Decoding, plain and speculative (`shared/spec/runtime-math.md` §4), greedy or sampled
+//! Decoding, plain and speculative (`docs/RUNTIME-MATH.md` §4), greedy or sampled
 //! ([`crate::sampling`]), with tokens handed to an [`Observer`] as they are committed, a
 //! stop reason for every run, and statistics.
 //!
@@ -119,6 +119,64 @@ impl Request<'_> {
     pub fn positions(&self, drafts: usize) -> usize {
         (self.prompt.len() + self.budget()).saturating_sub(1) + drafts + 1
     }
+}
+
+/// The contexts a request must fit: the target's, and the drafter's when it records one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Contexts {
+    /// The target's context.
+    pub target: usize,
+    /// The drafter's, when it records one (`context_length`).
+    pub drafter: Option<usize>,
+}
+
+/// How a request asks for its context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextAsk {
+    /// Prompt tokens.
+    pub prompt: usize,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// A context shorter than the models' (`None`: the models').
+    pub context: Option<usize>,
+    /// When the prompt and `max_tokens` exceed the context, stop at the context instead
+    /// of refusing.
+    pub stop_at_context: bool,
+}
+
+/// The context a request runs in — the one rule every command and the server apply: the
+/// models' context is the smaller of the target's and the drafter's; a requested context
+/// may not exceed it; the prompt must leave room for one token; and unless
+/// `stop_at_context`, the prompt and `max_tokens` must fit. Anything else is a
+/// [`RuntimeError::Context`] saying which limit and whose, refused before any work.
+pub fn fit_context(models: Contexts, ask: &ContextAsk) -> Result<usize> {
+    let (limit, whose) = match models.drafter {
+        Some(d) if d < models.target => (d, "drafter"),
+        _ => (models.target, "target"),
+    };
+    let (context, whose) = match ask.context {
+        Some(c) if c > limit => {
+            return Err(RuntimeError::Context(format!(
+                "a context of {c} exceeds the {whose}'s context of {limit} tokens"
+            )))
+        }
+        Some(c) => (c, "the one asked for".to_string()),
+        None => (limit, format!("the {whose}'s")),
+    };
+    let wanted = ask.prompt.saturating_add(ask.max_tokens);
+    if wanted > context && !ask.stop_at_context {
+        return Err(RuntimeError::Context(format!(
+            "the prompt ({} tokens) and the {} tokens asked for need {wanted} positions, beyond the context of {context} tokens ({whose})",
+            ask.prompt, ask.max_tokens
+        )));
+    }
+    if ask.prompt >= context {
+        return Err(RuntimeError::Context(format!(
+            "the prompt ({} tokens) leaves no room in the context of {context} tokens ({whose})",
+            ask.prompt
+        )));
+    }
+    Ok(context)
 }
 
 /// Why a run ended.
@@ -783,4 +841,64 @@ pub fn speculative_with(
         });
     }
     Ok(out.finish(stats, started, prompt_done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(prompt: usize, max_tokens: usize, context: Option<usize>, stop: bool) -> ContextAsk {
+        ContextAsk {
+            prompt,
+            max_tokens,
+            context,
+            stop_at_context: stop,
+        }
+    }
+
+    fn refusal(m: Contexts, a: ContextAsk) -> String {
+        match fit_context(m, &a) {
+            Err(RuntimeError::Context(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_smaller_context_wins_and_every_limit_is_named() {
+        let both = Contexts {
+            target: 4096,
+            drafter: Some(2048),
+        };
+        assert_eq!(fit_context(both, &ask(10, 20, None, false)).unwrap(), 2048);
+        assert!(refusal(both, ask(10, 20, Some(3000), false))
+            .contains("exceeds the drafter's context of 2048"));
+        let target = Contexts {
+            target: 4096,
+            drafter: None,
+        };
+        assert!(refusal(target, ask(10, 20, Some(5000), false))
+            .contains("exceeds the target's context of 4096"));
+        assert!(refusal(target, ask(100, 4000, None, false))
+            .contains("need 4100 positions, beyond the context of 4096"));
+        assert_eq!(
+            fit_context(target, &ask(100, 4000, None, true)).unwrap(),
+            4096
+        );
+        assert!(refusal(target, ask(4096, 1, None, true))
+            .contains("leaves no room in the context of 4096"));
+        assert_eq!(
+            fit_context(target, &ask(4095, 1, None, false)).unwrap(),
+            4096
+        );
+        assert_eq!(
+            fit_context(target, &ask(1, usize::MAX, None, true)).unwrap(),
+            4096
+        );
+        let longer_drafter = Contexts {
+            target: 512,
+            drafter: Some(4096),
+        };
+        assert!(refusal(longer_drafter, ask(10, 20, Some(600), false))
+            .contains("exceeds the target's context of 512"));
+    }
 }

@@ -53,7 +53,11 @@ mod weights;
 
 pub use error::{Result, RuntimeError};
 pub use models::dspark::{Draft, DraftSession, DraftTimes, Drafter};
-pub use models::kimi_k3::{Attention, KimiK3, KimiK3Session};
+pub use models::kimi_k3::{KimiK3, KimiK3Session};
+pub use models::llama::{Llama, LlamaSession};
 pub use models::qwen3::{Qwen3, Qwen3Session};
-pub use target::{Forward, Logits, Rollback, Target, TargetShape};
-pub use weights::ModelBytes;
+pub use models::{load_target, open_target, OpenedTarget};
+pub use target::{
+    Attention, Forward, Logits, Rollback, SessionOptions, Target, TargetModel, TargetShape,
+};
+pub use weights::{ModelBytes, ModelData};

@@ -1,6 +1,6 @@
 //! Sampling: llama.cpp's truncations and temperature, seeded uniforms keyed by what they
 //! decide, and the lossless acceptance rule of speculative sampling
-//! (`shared/spec/runtime-math.md` §3.4 and §4.5).
+//! (`docs/RUNTIME-MATH.md` §3.4 and §4.5).
 //!
 //! A distribution is made from logits as llama.cpp's default sampler chain makes it
 //! (`common/sampling.cpp`): `top_k` keeps the K largest logits (0: off), `top_p` the

@@ -1,5 +1,5 @@
 //! How many drafts a speculative round verifies, and whether to draft at all
-//! (`shared/spec/runtime-math.md` §5.1 and §5.8).
+//! (`docs/RUNTIME-MATH.md` §5.1 and §5.8).
 //!
 //! A verify forward of ℓ drafts costs more the more tokens it carries: on a small target
 //! (compute-bound) almost in proportion, on a large one (memory-bound) a little. Verifying
@@ -66,8 +66,8 @@ impl Schedule {
     }
 }
 
-/// Minimum predicted gain of a trimmed length over verifying everything (runtime-math
-/// §5.3: TensorRT-LLM's `confidence_min_predicted_gain` default).
+/// Minimum predicted gain of a trimmed length over verifying everything
+/// (`docs/RUNTIME-MATH.md` §5.3: TensorRT-LLM's `confidence_min_predicted_gain` default).
 pub const MIN_GAIN: f64 = 0.04;
 
 /// Plain steps after which a probe round drafts although the gate is shut (doubling, up
@@ -132,10 +132,10 @@ pub struct Planner {
     rollback: RollbackCosts,
 }
 
-/// The measured cost of each way a recurrent target undoes rejected drafts (runtime-math
-/// §5.8 `T_commit`): per verify width, the verify forward's seconds under each (option A
-/// writes every position's state to its own buffer), and the seconds per position a
-/// replay (option C) takes.
+/// The measured cost of each way a recurrent target undoes rejected drafts
+/// (`docs/RUNTIME-MATH.md` §5.8, `T_commit`): per verify width, the verify forward's
+/// seconds under each (option A writes every position's state to its own buffer), and
+/// the seconds per position a replay (option C) takes.
 #[derive(Clone, Debug, Default)]
 struct RollbackCosts {
     /// Whether the target is recurrent (else nothing is priced).
@@ -363,7 +363,7 @@ impl Planner {
         }
     }
 
-    /// [`Planner::choose`] for sampled verification (runtime-math §5.8 2(i)): admit drafts
+    /// [`Planner::choose`] for sampled verification (docs/RUNTIME-MATH.md §5.8 2(i)): admit drafts
     /// one by one while one more raises the predicted rate, stop at the first that does
     /// not; no guard. Whether draft j is admitted depends on confidences up to j, which
     /// see drafts up to j − 1 only: the length is a stopping time of the drafts, so the
@@ -609,7 +609,7 @@ mod tests {
 
     #[test]
     fn a_verify_cost_per_token_never_drafts() {
-        // Each token costs a whole forward (the ds4 lesson, runtime-math §5.8): drafting
+        // Each token costs a whole forward (the ds4 lesson, docs/RUNTIME-MATH.md §5.7): drafting
         // never beats a plain step, whatever the acceptance.
         for c in [0.3, 0.9, 1.0] {
             let p = planner(8, |m| m as f64, c, 0.2);
@@ -759,7 +759,8 @@ mod tests {
 
     #[test]
     fn sampling_admits_drafts_by_a_causal_scan() {
-        // runtime-math §5.2 Appendix A: T(1) = 1, T(2) = 2, T(3) = 1/0.45, c = (0.8, 0.9).
+        // docs/RUNTIME-MATH.md §5.2 (Appendix A): T(1) = 1, T(2) = 2, T(3) = 1/0.45,
+        // c = (0.8, 0.9).
         // One draft lowers the rate (1.8 / 2 < 1): the scan stops at 0, where the global
         // argmax (which looks at c_2, a function of the first draft) verifies both.
         let p = planner(2, |m| [1.0, 2.0, 1.0 / 0.45][m - 1], 0.8, 0.0);

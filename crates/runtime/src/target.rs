@@ -11,12 +11,16 @@
 //! The speculative loop commits after every round, so a recurrent target never keeps more
 //! than one round of history.
 
+use std::sync::Arc;
+
+use dspark_contract::SpecialTokens;
 pub use dspark_contract::TargetShape;
 
 use crate::error::Result;
+pub use crate::nn::attention::Attention;
 
 /// How a recurrent target returns to an earlier position (ReplaySSM,
-/// `runtime-math.md` §6.2).
+/// `docs/RUNTIME-MATH.md` §6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rollback {
     /// A: keep the state after each position of a forward (one state per position of
@@ -121,4 +125,35 @@ pub(crate) fn check_rollback(committed: usize, len: usize, to: usize) -> Result<
         )));
     }
     Ok(())
+}
+
+/// What every session is made from: one options value, whatever the architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Positions the session holds (at most the context; sized from the request).
+    pub positions: usize,
+    /// Uncommitted positions it must be able to undo at once (a speculative round's
+    /// width); only recurrent targets keep anything for it.
+    pub undo: usize,
+    /// How attention is computed ([`Attention::F16`]: as llama.cpp's CPU flash attention
+    /// does by default; targets whose attention is f32 only ignore it).
+    pub attention: Attention,
+}
+
+/// A loaded target model of any architecture: weights loaded once and shared by every
+/// session it makes. [`crate::models::open_target`] makes one from any checked file.
+pub trait TargetModel: Send + Sync {
+    /// `general.architecture`.
+    fn arch(&self) -> &'static str;
+    /// Hidden size, layers and vocabulary.
+    fn shape(&self) -> TargetShape;
+    /// The context it was trained for.
+    fn context(&self) -> usize;
+    /// The special tokens the file declares.
+    fn special_tokens(&self) -> SpecialTokens;
+    /// Bytes of weights one decode step reads.
+    fn weight_bytes(&self) -> u64;
+    /// A session on these weights, sized by `options`; refused (with the byte count) when
+    /// the machine cannot hold it, or when its positions exceed the context.
+    fn session(self: Arc<Self>, options: &SessionOptions) -> Result<Box<dyn Target + Send>>;
 }

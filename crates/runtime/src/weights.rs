@@ -1,7 +1,21 @@
 //! Weights a model owns: the file's bytes behind an `Arc` (a memory map or a buffer,
 //! shared by every session), and where each checked tensor lies in them.
+//!
+//! A matrix's values are checked for NaN and infinity once, by the first forward that
+//! uses it ([`WeightRef::check`]), not at load: a model file is mapped, never read whole
+//! before the first token, so start-up time does not grow with its size, and a Kimi K3
+//! expert is read (and checked) only when a token is first routed to it. Embedding rows
+//! are checked as they are looked up ([`embed_rows`]).
+//!
+//! Before a step reads matrices it may not have read yet (the first forward's dense
+//! weights, the experts its tokens route to) it names their bytes to the file
+//! ([`ModelData::will_need`], [`read_ahead`]): a mapped file then reads exactly those
+//! ranges from disk, all at once, instead of faulting them in page by page with the
+//! kernel's read-around (which, on a file larger than memory, reads many times the bytes
+//! an expert needs).
 
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use dspark_contract::TensorRef;
 use dspark_gguf::GgmlType;
@@ -9,8 +23,21 @@ use dspark_quant::gemm::{Matrix, Packed};
 
 use crate::error::{Result, RuntimeError};
 
+/// A model file's bytes as the runtime reads them: a memory map or a buffer.
+pub trait ModelData: AsRef<[u8]> + Send + Sync {
+    /// The byte ranges `ranges` (sorted, disjoint, inside [`AsRef::as_ref`]) are about to
+    /// be read: a memory map starts reading them from disk (`madvise(MADV_WILLNEED)`) and
+    /// returns; a buffer, already in memory, ignores it (the default). A hint only: it
+    /// never changes a value read.
+    fn will_need(&self, ranges: &[Range<usize>]) {
+        let _ = ranges;
+    }
+}
+
+impl ModelData for Vec<u8> {}
+
 /// A model file's bytes, shared: a memory map, or a buffer.
-pub type ModelBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+pub type ModelBytes = Arc<dyn ModelData>;
 
 /// Where a checked matrix lies in its model's bytes, and its packed tiles when this CPU's
 /// kernel reads them ([`Packed`]: the same results, faster; as many bytes again).
@@ -22,6 +49,20 @@ pub(crate) struct WeightRef {
     offset: usize,
     len: usize,
     packed: Option<Arc<Packed>>,
+    /// The verdict on the whole tensor's values, made once (shared by row ranges).
+    check: Arc<ValueCheck>,
+}
+
+/// A tensor's name and, once a forward has looked, whether its values are finite.
+#[derive(Debug)]
+struct ValueCheck {
+    name: String,
+    verdict: OnceLock<std::result::Result<(), String>>,
+    /// The tensor's bytes in the model: `offset..offset + len`.
+    offset: usize,
+    len: usize,
+    ty: GgmlType,
+    cols: usize,
 }
 
 impl WeightRef {
@@ -42,15 +83,17 @@ impl WeightRef {
                 "was checked in another file than the one being loaded",
             ));
         };
-        let Some(m) = Matrix::new(t.ty, t.rows, t.cols, t.data) else {
+        let Some(m) = Matrix::new(t.ty, t.rows, t.cols, t.data).filter(|m| m.format().is_some())
+        else {
             return Err(RuntimeError::tensor(
                 t.name,
                 format!("type {} has no kernel", t.ty),
             ));
         };
-        check_finite(t.name, &m)?;
         let packed = if pack {
-            Packed::of(&m)
+            m.format()
+                .and_then(|f| f.pack)
+                .map_or(Ok(None), |pack| pack(&m))
                 .map_err(|_| {
                     RuntimeError::tensor(
                         t.name,
@@ -71,7 +114,47 @@ impl WeightRef {
             offset,
             len: t.data.len(),
             packed,
+            check: Arc::new(ValueCheck {
+                name: t.name.to_string(),
+                verdict: OnceLock::new(),
+                offset,
+                len: t.data.len(),
+                ty: t.ty,
+                cols: t.cols,
+            }),
         })
+    }
+
+    /// This weight under another name in its errors (an expert of a stacked tensor is
+    /// `NAME (expert I)`), with a verdict of its own.
+    pub fn named(self, name: String) -> WeightRef {
+        let c = &self.check;
+        let check = Arc::new(ValueCheck {
+            name,
+            verdict: OnceLock::new(),
+            offset: c.offset,
+            len: c.len,
+            ty: c.ty,
+            cols: c.cols,
+        });
+        WeightRef { check, ..self }
+    }
+
+    /// Checks the tensor's values for NaN and infinity the first time it is asked (the
+    /// scan runs once, whoever asks first; later calls read the verdict): an error names
+    /// the tensor and the first such value.
+    pub fn check(&self, bytes: &[u8]) -> Result<()> {
+        let c = &self.check;
+        let verdict = c.verdict.get_or_init(|| {
+            let data = &bytes[c.offset..c.offset + c.len];
+            let rows =
+                c.len / (c.cols / c.ty.block_size() as usize * c.ty.type_size() as usize).max(1);
+            let m = Matrix::new(c.ty, rows, c.cols, data).expect("located and sized at load");
+            first_non_finite(&m).map_or(Ok(()), |at| Err(format!("value {at} is not finite")))
+        });
+        verdict
+            .clone()
+            .map_err(|msg| RuntimeError::tensor(&c.name, msg))
     }
 
     /// The matrix, viewed in its model's bytes (with its packed tiles, if any).
@@ -94,15 +177,86 @@ impl WeightRef {
     pub fn bytes(&self) -> u64 {
         self.len as u64
     }
+
+    /// Where the matrix lies in its model's bytes.
+    pub fn range(&self) -> Range<usize> {
+        self.offset..self.offset + self.len
+    }
+
+    /// The tensor's name in errors.
+    pub fn name(&self) -> &str {
+        &self.check.name
+    }
+
+    /// Rows `first..first + n` of this matrix as a matrix of their own (a part of a fused
+    /// projection), without packed tiles.
+    ///
+    /// # Panics
+    /// If the rows are not inside the matrix (the contract sized both).
+    pub fn row_range(&self, first: usize, n: usize) -> WeightRef {
+        assert!(first + n <= self.rows, "rows {first}+{n} of {}", self.rows);
+        let row_bytes = self.len / self.rows.max(1);
+        WeightRef {
+            ty: self.ty,
+            rows: n,
+            cols: self.cols,
+            offset: self.offset + first * row_bytes,
+            len: n * row_bytes,
+            packed: None,
+            check: Arc::clone(&self.check),
+        }
+    }
 }
 
-/// Rows `tokens` of an embedding matrix of `vocab` rows into `out` (`tokens.len()` rows);
-/// a token outside the vocabulary is an error that writes nothing.
+/// [`WeightRef::check`] on each of `weights`, in parallel; the first error (in list order)
+/// is returned.
+pub(crate) fn check_all<'w>(
+    bytes: &[u8],
+    weights: impl IntoIterator<Item = &'w WeightRef>,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let list: Vec<&WeightRef> = weights.into_iter().collect();
+    let verdicts: Vec<Result<()>> = list.par_iter().map(|w| w.check(bytes)).collect();
+    verdicts.into_iter().collect()
+}
+
+/// Tells `data` that `weights` are about to be read ([`ModelData::will_need`]), in one
+/// call with adjacent ranges merged, so a mapped file reads them together.
+pub(crate) fn read_ahead<'w>(
+    data: &dyn ModelData,
+    weights: impl IntoIterator<Item = &'w WeightRef>,
+) {
+    read_ahead_ranges(data, weights.into_iter().map(WeightRef::range).collect());
+}
+
+/// [`ModelData::will_need`] on `ranges`, sorted and with overlapping or adjacent ones
+/// merged, in one call.
+pub(crate) fn read_ahead_ranges(data: &dyn ModelData, mut ranges: Vec<Range<usize>>) {
+    if ranges.is_empty() {
+        return;
+    }
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    data.will_need(&merged);
+}
+
+/// Rows `tokens` of the embedding matrix `name` of `vocab` rows into `out`
+/// (`tokens.len()` rows); a token outside the vocabulary is an error that writes nothing.
+/// A row with a NaN or infinite value is an error naming the tensor and the value (`out`
+/// is then to be discarded): rows are checked as they are read, so a large embedding is
+/// never scanned whole.
 ///
 /// # Panics
 /// If `out` is not `tokens.len()` rows of the matrix's width.
 pub(crate) fn embed_rows(
     m: &Matrix<'_>,
+    name: &str,
     vocab: usize,
     tokens: &[u32],
     out: &mut [f32],
@@ -115,6 +269,12 @@ pub(crate) fn embed_rows(
     }
     for (&t, o) in tokens.iter().zip(out.chunks_exact_mut(m.cols)) {
         m.row_f32(t as usize, o);
+        if let Some(j) = o.iter().position(|x| !x.is_finite()) {
+            return Err(RuntimeError::tensor(
+                name,
+                format!("value {} is not finite", t as usize * m.cols + j),
+            ));
+        }
     }
     Ok(())
 }
@@ -137,26 +297,19 @@ pub(crate) fn packs(file_bytes: u64) -> bool {
     }
 }
 
-/// Refuses a matrix holding NaN or infinity, naming the tensor and the first such value
-/// (a model that computes with them only ever produces token 0).
-fn check_finite(name: &str, m: &Matrix<'_>) -> Result<()> {
+/// The index of a matrix's first NaN or infinite value (for block formats, the first
+/// value of the first block with a non-finite scale), scanned in parallel: a model that
+/// computes with them only ever produces token 0.
+fn first_non_finite(m: &Matrix<'_>) -> Option<usize> {
     use rayon::prelude::*;
-    let f = m.format();
+    let f = m.format().expect("located matrices have a kernel");
     let rows_per_chunk = (1 << 20) / m.row_bytes().max(1) + 1;
-    let first = m
-        .data
+    m.data
         .par_chunks(rows_per_chunk * m.row_bytes())
         .enumerate()
         .find_map_first(|(i, chunk)| {
             (f.first_non_finite)(chunk).map(|j| i * rows_per_chunk * m.cols + j)
-        });
-    match first {
-        Some(at) => Err(RuntimeError::tensor(
-            name,
-            format!("value {at} is not finite"),
-        )),
-        None => Ok(()),
-    }
+        })
 }
 
 /// The values of a checked F32 vector (norm weights, the confidence head), refused when

@@ -52,7 +52,84 @@ fn variants() -> Vec<K3Geometry> {
     let mut wide = t.clone();
     wide.heads = 8;
     wide.kda_head_dim = 64;
-    vec![t, plain_q, softmax, plain, one_block, wide]
+    // Experts stored as MXFP4, as K3 ships them.
+    let mut mxfp4 = t.clone();
+    mxfp4.expert_type = Some(GgmlType::MXFP4);
+    vec![t, plain_q, softmax, plain, one_block, wide, mxfp4]
+}
+
+/// Model bytes that record what the runtime says it is about to read.
+struct Recording {
+    bytes: Vec<u8>,
+    named: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
+}
+
+impl AsRef<[u8]> for Recording {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl dspark_runtime::ModelData for Recording {
+    fn will_need(&self, ranges: &[std::ops::Range<usize>]) {
+        assert!(
+            ranges.windows(2).all(|w| w[0].end < w[1].start),
+            "sorted, disjoint and merged: {ranges:?}"
+        );
+        self.named.lock().unwrap().extend(ranges.iter().cloned());
+    }
+}
+
+/// A forward names the bytes it is about to read before reading them: the first, every
+/// dense matrix (the output head included, the embedding not: its rows are read one by
+/// one); each, the experts its tokens route to and no other — so a mapped file larger
+/// than memory reads what a step needs and nothing more.
+#[test]
+fn a_forward_names_the_experts_it_routes_to_and_no_others() {
+    let g = K3Geometry::tiny();
+    let bytes = kimi_k3_gguf(&g, 5, GgmlType::Q8_0);
+    let file = dspark_gguf::GgufFile::parse(&bytes).unwrap();
+    let base = bytes.as_ptr() as usize;
+    let range = |name: &str| {
+        let t = file.tensor(name).unwrap();
+        let start = t.data.as_ptr() as usize - base;
+        start..start + t.data.len()
+    };
+    let covered = |named: &[std::ops::Range<usize>], r: &std::ops::Range<usize>| -> usize {
+        named
+            .iter()
+            .map(|n| n.end.min(r.end).saturating_sub(n.start.max(r.start)))
+            .sum()
+    };
+    let rec = Arc::new(Recording {
+        bytes: bytes.clone(),
+        named: Default::default(),
+    });
+    let m = Arc::new(KimiK3::open(rec.clone()).unwrap());
+    let mut s = m.session(8, 1).unwrap();
+    for (step, tokens) in [&[5u32][..], &[9, 11, 13]].into_iter().enumerate() {
+        rec.named.lock().unwrap().clear();
+        s.forward_commit(tokens, &[], Logits::Last).unwrap();
+        let named = rec.named.lock().unwrap().clone();
+        let out = range("output.weight");
+        assert_eq!(covered(&named, &out), if step == 0 { out.len() } else { 0 });
+        assert_eq!(covered(&named, &range("token_embd.weight")), 0);
+        for l in g.dense_layers..g.layers {
+            for kind in ["gate", "up", "down"] {
+                let r = range(&format!("blk.{l}.ffn_{kind}_exps.weight"));
+                let part = r.len() / g.experts;
+                let c = covered(&named, &r);
+                assert_eq!(c % part, 0, "layer {l} {kind}: whole experts");
+                let n = c / part;
+                // One token routes to `experts_used` experts; three to at least as many.
+                if step == 0 {
+                    assert_eq!(n, g.experts_used, "layer {l} {kind}");
+                } else {
+                    assert!((g.experts_used..=g.experts).contains(&n), "layer {l}");
+                }
+            }
+        }
+    }
 }
 
 fn model(g: &K3Geometry, seed: u64, ty: GgmlType) -> Arc<KimiK3> {

@@ -17,30 +17,12 @@ use dspark_testkit::mutate::mutants;
 #[global_allocator]
 static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
 
-fn types() -> Vec<GgmlType> {
-    dspark_quant::matrix_types().to_vec()
-}
+mod hostile_common;
+use hostile_common::{about, types};
 
 /// Every finding of `bytes` checked as a kimi-k3 target (empty when it passes).
 fn findings(bytes: &[u8]) -> Vec<(Subject, String)> {
-    let file = GgufFile::parse(bytes).unwrap();
-    match kimi_k3::check(&file, &types()) {
-        Ok(_) => Vec::new(),
-        Err(e) => {
-            assert_eq!(e.kind, KIND);
-            e.findings
-                .into_iter()
-                .map(|f| (f.subject.clone(), f.to_string()))
-                .collect()
-        }
-    }
-}
-
-fn about(f: &[(Subject, String)], what: &str) -> bool {
-    f.iter().any(|(s, _)| match s {
-        Subject::Key(k) | Subject::Tensor(k) => k == what,
-        _ => false,
-    })
+    hostile_common::findings_by(bytes, KIND, |f, t| kimi_k3::check(f, t).map(drop))
 }
 
 #[test]
@@ -50,7 +32,7 @@ fn the_synthetic_targets_pass_with_their_geometry() {
         let file = GgufFile::parse(&bytes).unwrap();
         assert_eq!(
             dspark_contract::identify(&file),
-            dspark_contract::FileKind::KimiK3
+            dspark_contract::FileKind::Target("kimi-k3")
         );
         let k = kimi_k3::check(&file, &types()).unwrap();
         let h = k.hparams();
@@ -250,19 +232,23 @@ fn tensors_llama_cpp_cannot_run_and_extra_tensors_are_refused() {
     let info = TensorInfo {
         name: "blk.0.ssm_norm.weight".into(),
         dims: vec![32],
-        ty: GgmlType::F16,
+        ty: GgmlType::Q8_0,
     };
     let f = findings(
         &Parts::of(&bytes)
-            .replace_tensor("blk.0.ssm_norm.weight", info, vec![0; 64])
+            .replace_tensor("blk.0.ssm_norm.weight", info, vec![0; 34])
             .bytes(),
     );
     assert!(about(&f, "blk.0.ssm_norm.weight"), "{f:?}");
 }
 
+/// A matrix holding NaN loads (values are not read at load: a file larger than memory
+/// starts at once), and the first forward that uses it fails naming it and the value;
+/// a routed expert is checked when a token is first routed to it, and named with its index.
 #[test]
-fn non_finite_weights_are_refused_at_load() {
-    let bytes = kimi_k3_gguf(&K3Geometry::tiny(), 5, GgmlType::F32);
+fn non_finite_weights_are_refused_at_first_use() {
+    let g = K3Geometry::tiny();
+    let bytes = kimi_k3_gguf(&g, 5, GgmlType::F32);
     for name in [
         "blk.0.ssm_conv1d_k.weight",
         "blk.1.attn_k_b.weight",
@@ -272,17 +258,101 @@ fn non_finite_weights_are_refused_at_load() {
         let file = GgufFile::parse(&bytes).unwrap();
         let t = file.tensor(name).unwrap();
         let mut data = t.data.to_vec();
-        data[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+        // Value 1 of every expert (or of the tensor): whichever expert a token routes to.
+        let experts = if name.contains("_exps") { g.experts } else { 1 };
+        let part = data.len() / experts;
+        for e in 0..experts {
+            data[e * part + 4..e * part + 8].copy_from_slice(&f32::NAN.to_le_bytes());
+        }
         let info = t.info.clone();
         let bad = Parts::of(&bytes).replace_tensor(name, info, data).bytes();
-        let e = KimiK3::open(std::sync::Arc::new(bad))
-            .err()
-            .expect("refused");
+        let e = match KimiK3::open(std::sync::Arc::new(bad)) {
+            // Conv kernels and vectors are decoded at load, and refused there.
+            Err(e) => e,
+            Ok(m) => std::sync::Arc::new(m)
+                .session(8, 1)
+                .unwrap()
+                .forward_commit(&[1, 2, 3], &[], Logits::Last)
+                .expect_err("refused at the first forward"),
+        };
+        let msg = e.to_string();
         assert!(
-            e.to_string().contains(name) && e.to_string().contains("not finite"),
-            "{name}: {e}"
+            msg.contains(name) && msg.contains("value 1 is not finite"),
+            "{name}: {msg}"
         );
+        if experts > 1 {
+            assert!(msg.contains("(expert "), "{msg}");
+        }
     }
+}
+
+/// A matrix is not read at load: NaN in an expert no token routes to never stops a run.
+#[test]
+fn an_expert_no_token_routes_to_is_never_read() {
+    let g = K3Geometry::tiny();
+    let bytes = kimi_k3_gguf(&g, 5, GgmlType::F32);
+    let tokens = [1u32];
+    // Which experts do these tokens route to? Poison each expert in turn and see
+    // which runs fail: one token routes to 2 of tiny's 4, so some pass and some fail.
+    let name = "blk.2.ffn_up_exps.weight";
+    let (mut failed, mut passed) = (0, 0);
+    for poisoned in 0..g.experts {
+        let file = GgufFile::parse(&bytes).unwrap();
+        let t = file.tensor(name).unwrap();
+        let mut data = t.data.to_vec();
+        let part = data.len() / g.experts;
+        data[poisoned * part..poisoned * part + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let bad = Parts::of(&bytes)
+            .replace_tensor(name, t.info.clone(), data)
+            .bytes();
+        let m = std::sync::Arc::new(KimiK3::open(std::sync::Arc::new(bad)).unwrap());
+        match m
+            .session(8, 1)
+            .unwrap()
+            .forward_commit(&tokens, &[], Logits::Last)
+        {
+            Ok(_) => passed += 1,
+            Err(e) => {
+                assert!(
+                    e.to_string()
+                        .contains(&format!("{name} (expert {poisoned})")),
+                    "{e}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    assert!(failed > 0 && passed > 0, "failed {failed}, passed {passed}");
+}
+
+/// Embedding rows are checked as they are looked up, not all at the first forward: NaN
+/// in a row no token uses never stops a run, and a token whose row holds one is refused,
+/// naming the tensor and the value.
+#[test]
+fn an_embedding_row_is_checked_when_looked_up() {
+    let g = K3Geometry::tiny();
+    let bytes = kimi_k3_gguf(&g, 5, GgmlType::F32);
+    let name = "token_embd.weight";
+    let file = GgufFile::parse(&bytes).unwrap();
+    let t = file.tensor(name).unwrap();
+    let mut data = t.data.to_vec();
+    let at = 7 * g.hidden + 3;
+    data[4 * at..4 * at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let bad = Parts::of(&bytes)
+        .replace_tensor(name, t.info.clone(), data)
+        .bytes();
+    let m = std::sync::Arc::new(KimiK3::open(std::sync::Arc::new(bad)).unwrap());
+    let mut s = m.session(8, 1).unwrap();
+    s.forward_commit(&[1, 2, 3], &[], Logits::Last)
+        .expect("row 7 is not read");
+    let e = s
+        .forward_commit(&[4, 7], &[], Logits::Last)
+        .expect_err("row 7 is read");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(name) && msg.contains(&format!("value {at} is not finite")),
+        "{msg}"
+    );
 }
 
 /// A micro geometry for the mutation sweep: two layers (KDA, MLA), the smallest vocabulary.

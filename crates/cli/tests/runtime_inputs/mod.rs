@@ -69,18 +69,20 @@ fn crafted_targets_are_refused_naming_the_key_or_tensor() {
             (0..n).map(|i| format!("t{i}")).collect(),
         ))
     };
-    let norm_f16 = {
+    // A vector must be F32, F16 or BF16 (read elementwise), a matrix a type some kernel
+    // multiplies: an integer type is neither.
+    let norm_i32 = {
         let (mut info, _) = f32_tensor("blk.0.attn_norm.weight", vec![64]);
-        info.ty = GgmlType::F16;
-        (info, vec![0u8; 128])
+        info.ty = GgmlType::I32;
+        (info, vec![0u8; 256])
     };
     let q4 = {
         let info = TensorInfo {
             name: "blk.1.ffn_up.weight".into(),
             dims: vec![64, 128],
-            ty: GgmlType::Q4_0,
+            ty: GgmlType::I8,
         };
-        (info, vec![0u8; 128 * 2 * 18])
+        (info, vec![0u8; 128 * 64])
     };
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -199,7 +201,7 @@ fn crafted_targets_are_refused_naming_the_key_or_tensor() {
         ),
         (
             "architecture",
-            p().set("general.architecture", Value::String("llama".into()))
+            p().set("general.architecture", Value::String("mamba".into()))
                 .bytes(),
             "general.architecture",
         ),
@@ -255,20 +257,20 @@ fn crafted_targets_are_refused_naming_the_key_or_tensor() {
             "key `tokenizer.ggml.tokens`: given without tokenizer.ggml.model",
         ),
         (
-            "norm as F16",
+            "norm as I32",
             p().replace_tensor(
                 "blk.0.attn_norm.weight",
-                norm_f16.0.clone(),
-                norm_f16.1.clone(),
+                norm_i32.0.clone(),
+                norm_i32.1.clone(),
             )
             .bytes(),
-            "tensor `blk.0.attn_norm.weight`: has type F16, expected F32",
+            "tensor `blk.0.attn_norm.weight`: has type I32, expected F32, F16 or BF16",
         ),
         (
-            "matrix as Q4_0",
+            "matrix as I8",
             p().replace_tensor("blk.1.ffn_up.weight", q4.0.clone(), q4.1.clone())
                 .bytes(),
-            "tensor `blk.1.ffn_up.weight`: has type Q4_0, expected one of F32, F16, BF16, Q8_0",
+            "tensor `blk.1.ffn_up.weight`: has type I8, expected one of F32, F16, BF16",
         ),
         (
             "tensor missing",
@@ -298,17 +300,119 @@ fn crafted_targets_are_refused_naming_the_key_or_tensor() {
         ),
         // Found by the hostile sweep of 2026-12-01: keys llama.cpp honours that change
         // the model, values the weights hold, and loose tokenizer keys.
-        ("partial rotary", p().set(&q("rope.dimension_count"), Value::U32(8)).bytes(), "key `qwen3.rope.dimension_count`: is 8: partial rotary"),
-        ("linear scaling factor", p().set(&q("rope.scaling.factor"), Value::F32(4.0)).bytes(), "key `qwen3.rope.scaling.factor`: is 4: linear RoPE scaling"),
-        ("scale_linear", p().set(&q("rope.scale_linear"), Value::F32(2.0)).bytes(), "key `qwen3.rope.scale_linear`: is 2"),
-        ("not causal", p().set(&q("attention.causal"), Value::Bool(false)).bytes(), "key `qwen3.attention.causal`: is false"),
-        ("NaN norm", { let (i, mut d) = f32_tensor("output_norm.weight", vec![64]); d[..4].copy_from_slice(&f32::NAN.to_le_bytes()); p().replace_tensor("output_norm.weight", i, d).bytes() }, "tensor `output_norm.weight`: value 0 is not finite"),
-        ("Q8_0 scale NaN", { let mut parts = p(); let e = parts.tensors.iter_mut().find(|t| t.0.name == "blk.1.attn_q.weight").unwrap(); e.1[34 * 5..34 * 5 + 2].copy_from_slice(&0x7e00u16.to_le_bytes()); parts.bytes() }, "tensor `blk.1.attn_q.weight`: value 160 is not finite"),
-        ("token type 99", { let mut tt = vec![1i32; 512]; tt[7] = 99; p().set("tokenizer.ggml.token_type", Value::Array(dspark_gguf::Array::I32(tt))).bytes() }, "key `tokenizer.ggml.token_type`: token 7 has type 99"),
-        ("empty token", { let mut parts = p(); if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts.kvs.iter_mut().find(|(k, _)| k == "tokenizer.ggml.tokens") { v[300] = String::new(); } parts.bytes() }, "key `tokenizer.ggml.tokens`: token 300 is empty"),
-        ("token outside the byte alphabet", { let mut parts = p(); if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts.kvs.iter_mut().find(|(k, _)| k == "tokenizer.ggml.tokens") { v[300] = "\n\t".into(); } parts.bytes() }, "key `tokenizer.ggml.tokens`: token 300 (\"\\n\\t\") is not spelled in the byte-level alphabet"),
-        ("merges missing", p().remove("tokenizer.ggml.merges").bytes(), "key `tokenizer.ggml.merges`: missing or empty"),
-        ("merge of unknown tokens", p().set("tokenizer.ggml.merges", Value::Array(dspark_gguf::Array::String(vec!["Z Z".into()]))).bytes(), "key `tokenizer.ggml.merges`: merge 0 (\"Z Z\") names \"ZZ\", which is not a token"),
+        (
+            "partial rotary",
+            p().set(&q("rope.dimension_count"), Value::U32(8)).bytes(),
+            "key `qwen3.rope.dimension_count`: is 8: partial rotary",
+        ),
+        (
+            "linear scaling factor",
+            p().set(&q("rope.scaling.factor"), Value::F32(4.0)).bytes(),
+            "key `qwen3.rope.scaling.factor`: is 4: linear RoPE scaling",
+        ),
+        (
+            "scale_linear",
+            p().set(&q("rope.scale_linear"), Value::F32(2.0)).bytes(),
+            "key `qwen3.rope.scale_linear`: is 2",
+        ),
+        (
+            "not causal",
+            p().set(&q("attention.causal"), Value::Bool(false)).bytes(),
+            "key `qwen3.attention.causal`: is false",
+        ),
+        (
+            "NaN norm",
+            {
+                let (i, mut d) = f32_tensor("output_norm.weight", vec![64]);
+                d[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+                p().replace_tensor("output_norm.weight", i, d).bytes()
+            },
+            "tensor `output_norm.weight`: value 0 is not finite",
+        ),
+        (
+            "Q8_0 scale NaN",
+            {
+                let mut parts = p();
+                let e = parts
+                    .tensors
+                    .iter_mut()
+                    .find(|t| t.0.name == "blk.1.attn_q.weight")
+                    .unwrap();
+                e.1[34 * 5..34 * 5 + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+                parts.bytes()
+            },
+            "tensor `blk.1.attn_q.weight`: value 160 is not finite",
+        ),
+        (
+            "token type 99",
+            {
+                let mut tt = vec![1i32; 512];
+                tt[7] = 99;
+                p().set(
+                    "tokenizer.ggml.token_type",
+                    Value::Array(dspark_gguf::Array::I32(tt)),
+                )
+                .bytes()
+            },
+            "key `tokenizer.ggml.token_type`: token 7 has type 99",
+        ),
+        (
+            "empty token",
+            {
+                let mut parts = p();
+                if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts
+                    .kvs
+                    .iter_mut()
+                    .find(|(k, _)| k == "tokenizer.ggml.tokens")
+                {
+                    v[300] = String::new();
+                }
+                parts.bytes()
+            },
+            "key `tokenizer.ggml.tokens`: token 300 is empty",
+        ),
+        (
+            "repeated token",
+            {
+                let mut parts = p();
+                if let Some((_, Value::Array(dspark_gguf::Array::String(v)))) = parts
+                    .kvs
+                    .iter_mut()
+                    .find(|(k, _)| k == "tokenizer.ggml.tokens")
+                {
+                    v[300] = v[299].clone();
+                }
+                parts.bytes()
+            },
+            "key `tokenizer.ggml.tokens`: token 300",
+        ),
+        (
+            "byte token not <0xXX>",
+            {
+                let mut tt = vec![1i32; 512];
+                tt[7] = 6;
+                p().set(
+                    "tokenizer.ggml.token_type",
+                    Value::Array(dspark_gguf::Array::I32(tt)),
+                )
+                .bytes()
+            },
+            "key `tokenizer.ggml.token_type`: token 7",
+        ),
+        (
+            "merges missing",
+            p().remove("tokenizer.ggml.merges").bytes(),
+            "key `tokenizer.ggml.merges`: missing or empty",
+        ),
+        (
+            "merge of unknown tokens",
+            p().set(
+                "tokenizer.ggml.merges",
+                Value::Array(dspark_gguf::Array::String(vec!["Z Z".into()])),
+            )
+            .bytes(),
+            "key `tokenizer.ggml.merges`: merge 0 (\"Z Z\") names \"ZZ\", which is not a token",
+        ),
     ];
     let file = t.path("bad.gguf");
     for (what, bytes, want) in &cases {
@@ -701,7 +805,7 @@ fn out_of_range_values_are_usage_errors() {
         ),
         (
             vec!["bench", "-m", ts, "--context", "5000"],
-            "exceed the target's context of 4096",
+            "beyond the context of 4096 tokens (the target's)",
         ),
         (vec!["bench", "-m", ts, "--verify", "100000"], "--verify"),
         (vec!["bench", "-m", ts, "--runs", "0"], "--runs"),
@@ -718,7 +822,7 @@ fn out_of_range_values_are_usage_errors() {
     let (code, _, err) = limited(&["generate", "-m", ts, "--prompt-tokens", &long, "-n", "10"]);
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("the prompt (4090 tokens) and --max-tokens (10) need 4100 positions"),
+        err.contains("the prompt (4090 tokens) and the 10 tokens asked for need 4100 positions"),
         "{err}"
     );
     let (code, out, err) = limited(&[

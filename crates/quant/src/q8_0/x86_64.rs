@@ -126,23 +126,40 @@ pub(crate) unsafe fn quantize_activations_avx2(x: &[f32], out: &mut [u8]) {
     assert_eq!(x.len() % QK8_0, 0);
     assert_eq!(out.len(), x.len() / QK8_0 * BLOCK_BYTES);
     for (xb, ob) in x.chunks_exact(QK8_0).zip(out.chunks_exact_mut(BLOCK_BYTES)) {
-        // SAFETY: AVX2 is this function's own target feature; xb is one block.
-        let Some((v, amax)) = (unsafe { load_block(xb) }) else {
-            quantize_block_ref(xb, ob);
-            continue;
-        };
-        let d = amax / 127.0;
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
-        let idv = _mm256_set1_ps(id);
-        let q = v.map(|v| {
-            let p = _mm256_mul_ps(v, idv);
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(p);
-            _mm256_cvtps_epi32(r)
-        });
-        // SAFETY: AVX2 as above; ob[2..] is the block's 32 quant bytes.
-        unsafe { store_quants(q, &mut ob[2..]) };
+        // SAFETY: AVX2 is this function's own target feature; xb is one block and
+        // ob[2..] its 32 quant bytes.
+        match unsafe { activation_block_avx2(xb, &mut ob[2..]) } {
+            Some((d, _)) => ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes()),
+            None => quantize_block_ref(xb, ob),
+        }
     }
+}
+
+/// One block by ggml's x86 activation recipe: the quants into `qs` (32 bytes), and the
+/// unrounded scale `amax / 127` with the wrapping i32 sum of the quants before they were
+/// packed; `None` (and `qs` untouched) when a value is not finite.
+///
+/// # Safety
+/// The CPU must support AVX2; `xb` holds 32 values and `qs` 32 bytes.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn activation_block_avx2(xb: &[f32], qs: &mut [u8]) -> Option<(f32, i32)> {
+    // SAFETY: AVX2 is this function's own target feature; xb is one block.
+    let (v, amax) = unsafe { load_block(xb) }?;
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    let q = v.map(|v| {
+        let p = _mm256_mul_ps(v, idv);
+        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(p);
+        _mm256_cvtps_epi32(r)
+    });
+    let sum = crate::x86_64::hsum_i32(_mm256_add_epi32(
+        _mm256_add_epi32(q[0], q[1]),
+        _mm256_add_epi32(q[2], q[3]),
+    ));
+    // SAFETY: AVX2 as above; qs is the block's 32 quant bytes.
+    unsafe { store_quants(q, qs) };
+    Some((d, sum))
 }
 
 /// Dequantizes whole blocks with AVX2.

@@ -2,7 +2,7 @@
 //! ([`DraftFile`]: a `dflash-draft` GGUF as `dspark convert` writes it, with or without
 //! the DSpark heads).
 //!
-//! Follows `shared/spec/runtime-math.md`: §1.2 fusion `c_p = RMSNorm_hidden(W_fc f_p)` of
+//! Follows `docs/RUNTIME-MATH.md`: §1.2 fusion `c_p = RMSNorm_hidden(W_fc f_p)` of
 //! each captured feature row, §1.4 decoder layers over the block `[x0, MASK, …]` whose
 //! attention sees the cached context keys and the whole block (no causal mask), §1.5 a
 //! context K/V cache extended as tokens are committed (block K/V are never cached), §1.7
@@ -126,12 +126,25 @@ impl Drafter {
             beta_slow: f64::from(y.beta_slow),
             attention_factor: y.attention_factor.map(f64::from),
         });
+        let fc = WeightRef::locate(b, file.fc(), pack)?;
+        let (token_embd, output) = (own(file.token_embd())?, own(file.output())?);
+        // A drafter is small beside its target: its values are checked at load.
+        crate::weights::check_all(
+            b,
+            layers
+                .iter()
+                .flat_map(DecoderLayer::matrices)
+                .chain([&fc])
+                .chain(markov.iter().flat_map(|m| [&m.w1, &m.w2]))
+                .chain(token_embd.iter())
+                .chain(output.iter()),
+        )?;
         Ok(Drafter {
-            fc: WeightRef::locate(b, file.fc(), pack)?,
+            fc,
             hidden_norm: vector(file.hidden_norm())?,
             output_norm: vector(file.output_norm())?,
-            token_embd: own(file.token_embd())?,
-            output: own(file.output())?,
+            token_embd,
+            output,
             rope: Rope::new(hparams.head_dim, f64::from(hparams.rope_base), yarn),
             target: *target,
             layers,
@@ -342,7 +355,14 @@ impl DraftSession {
         for (li, layer) in model.layers.iter().enumerate() {
             gemm(&layer.k.matrix(bytes), &ctx, &mut k);
             gemm(&layer.v.matrix(bytes), &ctx, &mut v);
-            norm_rope_heads(&mut k, kvd, &layer.k_norm, c.eps, &model.rope, &tables);
+            norm_rope_heads(
+                &mut k,
+                kvd,
+                layer.k_norm.as_deref(),
+                c.eps,
+                &model.rope,
+                &tables,
+            );
             self.cache.write(li, self.len, &k, &v);
         }
         self.len += n;
@@ -417,14 +437,29 @@ impl DraftSession {
         );
         let mut attn = vec![0.0f32; b * qd];
         let tables = rope_tables(&model.rope, self.len, b, hd);
+        let scale = 1.0 / (hd as f32).sqrt();
         // 2. Decoder layers: keys are the cached context (positions 0..len), then the
         //    whole block (no mask). Each task is one block row's group of query heads
         //    sharing a KV head.
         for (li, lw) in model.layers.iter().enumerate() {
             norm_rows(&z, &lw.attn_norm, c.eps, &mut u);
             lw.qkv(bytes, &u, &mut q, &mut k, &mut v);
-            norm_rope_heads(&mut q, qd, &lw.q_norm, c.eps, &model.rope, &tables);
-            norm_rope_heads(&mut k, kvd, &lw.k_norm, c.eps, &model.rope, &tables);
+            norm_rope_heads(
+                &mut q,
+                qd,
+                lw.q_norm.as_deref(),
+                c.eps,
+                &model.rope,
+                &tables,
+            );
+            norm_rope_heads(
+                &mut k,
+                kvd,
+                lw.k_norm.as_deref(),
+                c.eps,
+                &model.rope,
+                &tables,
+            );
             let (kc, vc) = (self.cache.keys(li), self.cache.values(li));
             let (k, v, q) = (&k, &v, &q);
             let len = self.len;
@@ -445,7 +480,7 @@ impl DraftSession {
                         },
                     ];
                     let qs = &q[i * group * hd..(i + 1) * group * hd];
-                    attend_group(qs, hd, kvd, &spans, scores, out);
+                    attend_group(qs, hd, kvd, &spans, scale, scores, out);
                 },
             );
             lw.output_residual(bytes, &attn, &mut z);

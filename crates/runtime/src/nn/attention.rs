@@ -18,7 +18,8 @@ pub(crate) struct Span<'k> {
 
 /// The query heads sharing one KV head (`qs`: g heads of `head_dim`) attending over the
 /// keys of `spans` in order, rows `stride` apart:
-/// `out_j = Σ_p softmax_p(q_j·k_p / sqrt(d)) v_p`. Each query's scores come from one
+/// `out_j = Σ_p softmax_p(scale · q_j·k_p) v_p` (`scale`: `1/sqrt(d)` unless the model
+/// says otherwise). Each query's scores come from one
 /// strided kernel call and its output from another, so the arithmetic of every query is
 /// the same whatever the group or the batch around it, and batched and single-position
 /// forwards agree bit for bit.
@@ -27,13 +28,13 @@ pub(crate) fn attend_group(
     head_dim: usize,
     stride: usize,
     spans: &[Span<'_>],
+    scale: f32,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
     let k = kernels();
     let g = qs.len() / head_dim;
     let n_keys: usize = spans.iter().map(|s| s.count).sum();
-    let scale = 1.0 / (head_dim as f32).sqrt();
     scores.clear();
     scores.resize(g * n_keys, 0.0);
     for (q, row) in qs
@@ -61,4 +62,62 @@ pub(crate) fn attend_group(
             at += s.count;
         }
     }
+}
+
+/// One query row (`q16`, F16-valued) over `count` positions whose keys and values lie at
+/// `stride` apart in `keys` and `values` (F16 valued; a head's `out.len()` values at each
+/// position of `values`, its `q16.len()` at each of `keys`), by llama.cpp's one-chunk
+/// flash-attention recipe (`docs/LLAMA-CPP.md` §6; ggml's
+/// `ggml_compute_forward_flash_attn_ext_f16_one_chunk` with an F16 V): a running maximum M
+/// and sum S in f32; on a new maximum the F16 accumulator is rescaled by `exp(M_old − M)`;
+/// each value is added with weight `exp(s − M)` by a fused multiply-add rounded to F16
+/// (ggml's SIMD path, whole steps of 64) or a multiply then an add (its scalar leftovers);
+/// `out = acc / S`. Kimi K3's MLA reads keys and values from the same rows.
+pub(crate) fn attend_f16(
+    q16: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    count: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let kn = kernels();
+    let (d, r) = (q16.len(), out.len());
+    let simd = r / 64 * 64;
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    for p in 0..count {
+        let key = &keys[p * stride..p * stride + d];
+        let s = (kn.dot_f32)(q16, key) * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            (kn.scale_round_f16)(out, ms);
+        } else {
+            vs = (s - m).exp();
+        }
+        (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs, simd);
+        sum = sum * ms + vs;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|a| *a *= inv);
+}
+
+/// How attention is computed from the cached keys and values (a session option of every
+/// target; llama targets and Kimi K3's MLA layers honour it, qwen3 computes in f32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attention {
+    /// f32 keys, values and queries; a softmax over all scores, then the weighted sum
+    /// (the default; within 5e-4 of the float64 reference).
+    #[default]
+    F32,
+    /// As llama.cpp's CPU flash attention computes it by default (`-fa auto` with its F16
+    /// cache, or any cache once flash attention casts K and V to F16): keys, values and
+    /// the query rounded to F16, scores in f32, an online softmax whose value accumulator
+    /// is rounded to F16 after every key (`ggml_vec_mad_f16` / `ggml_vec_scale_f16`), the
+    /// sum divided out at the end.
+    F16,
 }

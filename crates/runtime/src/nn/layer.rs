@@ -1,7 +1,10 @@
-//! The Qwen3-style decoder layer both models are made of (`runtime-math.md` §1.4): its
-//! weights, and the steps target and drafter share — projections, the output projection
-//! with its residual, and the SwiGLU FFN with its residual.
+//! The pre-norm decoder layer the drafter and the Qwen3 and llama targets are made of
+//! (`docs/RUNTIME-MATH.md` §1.4): its weights, and the steps they share — projections
+//! (with the biases llama files may carry), the output projection with its residual, and
+//! the SwiGLU FFN with its residual. Qwen3 and the drafter norm each query and key head
+//! (`q_norm`, `k_norm`); llama has no such norm.
 
+use dspark_contract::llama::{LlamaLayerRefs, Qkv};
 use dspark_contract::LayerRefs;
 use dspark_quant::gemm::{gemm, gemm_many, scratch_bytes};
 
@@ -63,12 +66,47 @@ pub(crate) struct DecoderLayer {
     pub k: WeightRef,
     pub v: WeightRef,
     pub o: WeightRef,
-    pub q_norm: Vec<f32>,
-    pub k_norm: Vec<f32>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
     pub gate: WeightRef,
     pub up: WeightRef,
     pub down: WeightRef,
+    pub biases: Biases,
+}
+
+/// The biases a llama layer may carry, each added after its projection.
+#[derive(Default)]
+pub(crate) struct Biases {
+    pub q: Option<Vec<f32>>,
+    pub k: Option<Vec<f32>>,
+    pub v: Option<Vec<f32>>,
+    pub o: Option<Vec<f32>>,
+    pub gate: Option<Vec<f32>>,
+    pub up: Option<Vec<f32>>,
+    pub down: Option<Vec<f32>>,
+}
+
+impl Biases {
+    fn floats(&self) -> usize {
+        [
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
+        ]
+        .into_iter()
+        .map(|b| b.as_ref().map_or(0, Vec::len))
+        .sum()
+    }
+}
+
+/// `x[row] += b` for every row of `x`, when there is a bias.
+fn add_bias(x: &mut [f32], b: Option<&Vec<f32>>) {
+    if let Some(b) = b {
+        for row in x.chunks_exact_mut(b.len()) {
+            for (v, &c) in row.iter_mut().zip(b) {
+                *v += c;
+            }
+        }
+    }
 }
 
 impl DecoderLayer {
@@ -82,19 +120,96 @@ impl DecoderLayer {
             k: m(&t.attn_k)?,
             v: m(&t.attn_v)?,
             o: m(&t.attn_output)?,
-            q_norm: vector(&t.attn_q_norm)?,
-            k_norm: vector(&t.attn_k_norm)?,
+            q_norm: Some(vector(&t.attn_q_norm)?),
+            k_norm: Some(vector(&t.attn_k_norm)?),
             ffn_norm: vector(&t.ffn_norm)?,
             gate: m(&t.ffn_gate)?,
             up: m(&t.ffn_up)?,
             down: m(&t.ffn_down)?,
+            biases: Biases::default(),
         })
+    }
+
+    /// A llama layer's weights: a fused `attn_qkv` becomes three views of its row ranges
+    /// (queries, keys, values), its bias split the same way.
+    pub fn from_llama(
+        bytes: &[u8],
+        t: &LlamaLayerRefs<'_>,
+        qd: usize,
+        kvd: usize,
+        pack: bool,
+    ) -> Result<DecoderLayer> {
+        let m = |r| WeightRef::locate(bytes, r, pack);
+        let opt = |r: &Option<dspark_contract::TensorRef<'_>>| r.as_ref().map(vector).transpose();
+        let (q, k, v, q_bias, k_bias, v_bias) = match &t.qkv {
+            Qkv::Separate {
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                v_bias,
+            } => (
+                m(q)?,
+                m(k)?,
+                m(v)?,
+                opt(q_bias)?,
+                opt(k_bias)?,
+                opt(v_bias)?,
+            ),
+            Qkv::Fused { qkv, bias } => {
+                let all = WeightRef::locate(bytes, qkv, false)?;
+                let bias = opt(bias)?;
+                let part =
+                    |from: usize, n: usize| bias.as_ref().map(|b| b[from..from + n].to_vec());
+                (
+                    all.row_range(0, qd),
+                    all.row_range(qd, kvd),
+                    all.row_range(qd + kvd, kvd),
+                    part(0, qd),
+                    part(qd, kvd),
+                    part(qd + kvd, kvd),
+                )
+            }
+        };
+        Ok(DecoderLayer {
+            attn_norm: vector(&t.attn_norm)?,
+            q,
+            k,
+            v,
+            o: m(&t.attn_output)?,
+            q_norm: None,
+            k_norm: None,
+            ffn_norm: vector(&t.ffn_norm)?,
+            gate: m(&t.ffn_gate)?,
+            up: m(&t.ffn_up)?,
+            down: m(&t.ffn_down)?,
+            biases: Biases {
+                q: q_bias,
+                k: k_bias,
+                v: v_bias,
+                o: opt(&t.attn_output_bias)?,
+                gate: opt(&t.ffn_gate_bias)?,
+                up: opt(&t.ffn_up_bias)?,
+                down: opt(&t.ffn_down_bias)?,
+            },
+        })
+    }
+
+    /// Its matrices (a fused projection's parts share one value check).
+    pub fn matrices(&self) -> [&WeightRef; 7] {
+        [
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
+        ]
     }
 
     /// Bytes of its matrices and norms.
     pub fn bytes(&self) -> u64 {
-        let norms =
-            self.attn_norm.len() + self.q_norm.len() + self.k_norm.len() + self.ffn_norm.len();
+        let norms = self.attn_norm.len()
+            + self.q_norm.as_ref().map_or(0, Vec::len)
+            + self.k_norm.as_ref().map_or(0, Vec::len)
+            + self.ffn_norm.len()
+            + self.biases.floats();
         [
             &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
         ]
@@ -121,10 +236,13 @@ impl DecoderLayer {
             gemm(&gate, &y, &mut g);
             gemm(&upm, &y, &mut up);
         }
+        add_bias(&mut g, self.biases.gate.as_ref());
+        add_bias(&mut up, self.biases.up.as_ref());
         for (a, b) in g.iter_mut().zip(&up) {
             *a = silu(*a) * b;
         }
         gemm(&self.down.matrix(bytes), &g, &mut down);
+        add_bias(&mut down, self.biases.down.as_ref());
         for (a, b) in x.iter_mut().zip(&down) {
             *a += b;
         }
@@ -138,18 +256,22 @@ impl DecoderLayer {
             self.v.matrix(bytes),
         );
         if wq.ty == wk.ty && wk.ty == wv.ty {
-            gemm_many(&[&wq, &wk, &wv], u, &mut [q, k, v]);
+            gemm_many(&[&wq, &wk, &wv], u, &mut [&mut *q, &mut *k, &mut *v]);
         } else {
             gemm(&wq, u, q);
             gemm(&wk, u, k);
             gemm(&wv, u, v);
         }
+        add_bias(q, self.biases.q.as_ref());
+        add_bias(k, self.biases.k.as_ref());
+        add_bias(v, self.biases.v.as_ref());
     }
 
     /// `x += W_o · attn`, per row.
     pub fn output_residual(&self, bytes: &[u8], attn: &[f32], x: &mut [f32]) {
         let mut o = vec![0.0f32; x.len()];
         gemm(&self.o.matrix(bytes), attn, &mut o);
+        add_bias(&mut o, self.biases.o.as_ref());
         for (a, b) in x.iter_mut().zip(&o) {
             *a += b;
         }

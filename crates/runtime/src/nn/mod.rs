@@ -3,6 +3,7 @@
 //! rotary embeddings ([`rope`]).
 
 pub(crate) mod attention;
+pub mod decoder;
 pub(crate) mod layer;
 pub mod ops;
 pub mod rope;

@@ -1,5 +1,5 @@
 //! Elementwise and per-row operations of the forward passes: RMSNorm, SiLU, sigmoid,
-//! softplus and softmax, written from `shared/spec/runtime-math.md` §1.8 (sigmoid and
+//! softplus and softmax, written from `docs/RUNTIME-MATH.md` §1.8 (sigmoid and
 //! softplus as ggml computes them, for Kimi K3).
 //!
 //! Sums use f64 in a fixed order (as ggml's `ggml_float` does for norms), so a row's result

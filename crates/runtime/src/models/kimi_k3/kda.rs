@@ -1,8 +1,8 @@
 //! KDA (Kimi Delta Attention) state: the per-head delta-rule state, the short-conv
 //! window, and what a session keeps to undo positions since its last commit (ReplaySSM,
-//! `runtime-math.md` §6.2).
+//! `docs/RUNTIME-MATH.md` §6.2).
 //!
-//! # The recurrence (`kimi-k3-layout.md` §3.2 step 5)
+//! # The recurrence (`docs/KIMI-K3.md#kda`, step 5)
 //! Per head the state is a D×D matrix stored as llama.cpp stores it, transposed:
 //! `m[j·D + i] = S[i][j]` (i key dim, j value dim), so every step touches whole rows
 //! `m[j]`, each independently of the others:

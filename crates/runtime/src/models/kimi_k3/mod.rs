@@ -1,7 +1,7 @@
 //! Kimi K3 as a speculative-decoding target, loaded from a GGUF in llama.cpp's `kimi-k3`
 //! layout as the contract crate checked it ([`KimiK3File`]): KDA and absorbed-MLA token
 //! mixers, dense SiTU and latent-MoE FFNs, cross-layer residual attention
-//! (`shared/spec/llama-cpp/kimi-k3-layout.md` §3).
+//! (`docs/KIMI-K3.md#forward-pass`).
 //!
 //! # Forward
 //! Per layer l, with `P` the running residual and `C` the checkpoint stack:
@@ -20,7 +20,7 @@
 //! (the output mix `o` after the last layer), before its norm — not `P`, which inside a
 //! residual block is only the block's partial sum (it restarts at every checkpoint
 //! layer). That is K3's counterpart of a pre-norm decoder's "residual stream after layer
-//! l" (`runtime-math.md` §1.1; `docs/KIMI-K3.md` gives the reasoning). With
+//! l" (`docs/RUNTIME-MATH.md` §1.1; `docs/KIMI-K3.md` gives the reasoning). With
 //! `attn_res.block_size = 0` the mix is the identity and the tap is `P`, the plain
 //! residual.
 //!
@@ -50,9 +50,11 @@ use rayon::prelude::*;
 
 use crate::error::{Result, RuntimeError};
 use crate::memory::{try_zeroed, zeroed};
+use crate::nn::attention::attend_f16;
+pub use crate::nn::attention::Attention;
 use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, silu, softmax, softplus};
 use crate::target::{check_rollback, Forward, Logits, Target};
-use crate::weights::{vector, ModelBytes, WeightRef};
+use crate::weights::{vector, ModelBytes, ModelData, WeightRef};
 
 pub use crate::target::Rollback;
 use kda::{Dest, KdaDims, KdaState};
@@ -73,6 +75,47 @@ pub(crate) fn multi_gemm(bytes: &[u8], ws: &[&WeightRef], x: &[f32], ys: &mut [&
 
 /// Rows `part · rows .. (part + 1) · rows` of a stacked tensor (an expert, a head) as a
 /// tensor of its own.
+/// Every tensor [`KimiK3::load`] decodes into a vector: norms, residual scores, conv
+/// kernels, KDA's `ssm_a` and `dt_bias`, the routing bias.
+fn vector_refs<'a, 'f>(file: &'a KimiK3File<'f>) -> Vec<&'a TensorRef<'f>> {
+    let mut v = vec![file.output_norm()];
+    v.extend(file.output_res_score());
+    for l in file.layers() {
+        v.extend([&l.attn_norm, &l.ffn_norm]);
+        v.extend(l.attn_res_score.iter().chain(l.ffn_res_score.iter()));
+        match &l.mixer {
+            MixerRefs::Kda(k) => {
+                v.extend([&k.conv_q, &k.conv_k, &k.conv_v, &k.a, &k.dt_bias, &k.norm])
+            }
+            MixerRefs::Mla(a) => {
+                v.push(&a.kv_a_norm);
+                if let MlaQuery::Lora { norm, .. } = &a.q {
+                    v.push(norm);
+                }
+            }
+        }
+        if let FfnRefs::Moe(e) = &l.ffn {
+            v.push(&e.probs_bias);
+            v.extend(e.routed_norm.iter());
+        }
+    }
+    v
+}
+
+/// Names the bytes of `refs` (tensors of a file parsed from `b`) to `data`, in one call.
+fn read_ahead_refs(data: &dyn ModelData, b: &[u8], refs: &[&TensorRef<'_>]) {
+    let base = b.as_ptr() as usize;
+    let ranges = refs
+        .iter()
+        .filter_map(|t| {
+            let start = (t.data.as_ptr() as usize).checked_sub(base)?;
+            let end = start.checked_add(t.data.len())?;
+            (end <= b.len()).then_some(start..end)
+        })
+        .collect();
+    crate::weights::read_ahead_ranges(data, ranges);
+}
+
 fn slice<'f>(t: &TensorRef<'f>, parts: usize, part: usize) -> TensorRef<'f> {
     let rows = t.rows / parts;
     let row_bytes = t.data.len() / t.rows;
@@ -161,6 +204,24 @@ enum Ffn {
     Moe(Box<Moe>),
 }
 
+impl Mixer {
+    /// Its matrices.
+    fn matrices(&self) -> Vec<&WeightRef> {
+        match self {
+            Mixer::Kda(k) => vec![&k.q, &k.k, &k.v, &k.f_a, &k.f_b, &k.beta, &k.g, &k.output],
+            Mixer::Mla(a) => {
+                let mut v: Vec<&WeightRef> = match &a.q {
+                    Query::Plain(q) => vec![q],
+                    Query::Lora { a, b, .. } => vec![a, b],
+                };
+                v.extend([&a.kv_a, &a.output]);
+                v.extend(a.k_b.iter().chain(&a.v_b).chain(&a.gate));
+                v
+            }
+        }
+    }
+}
+
 struct Layer {
     attn_norm: Vec<f32>,
     ffn_norm: Vec<f32>,
@@ -182,6 +243,8 @@ pub struct KimiK3 {
     layers: Vec<Layer>,
     situ: Situ,
     routing: Routing,
+    /// Set once [`KimiK3::check_dense`] has passed.
+    dense_checked: std::sync::OnceLock<()>,
 }
 
 fn situ_ffn(b: &[u8], t: &SituRefs<'_>, pack: bool) -> Result<SituFfn> {
@@ -198,6 +261,10 @@ impl KimiK3 {
     pub fn load(bytes: ModelBytes, file: &KimiK3File<'_>) -> Result<KimiK3> {
         let b: &[u8] = (*bytes).as_ref();
         let hp = file.hparams().clone();
+        // The vectors decoded below lie between the matrices all over the file: named
+        // first, a mapped file reads their pages together instead of faulting each in
+        // with the kernel's read-around (megabytes per vector on a cold file).
+        read_ahead_refs(&*bytes, b, &vector_refs(file));
         let pack = crate::weights::packs(b.len() as u64);
         let m = |t: &TensorRef<'_>| WeightRef::locate(b, t, pack);
         let mut layers = Vec::with_capacity(hp.layers);
@@ -248,10 +315,14 @@ impl KimiK3 {
                     let n = hp.experts;
                     let experts = (0..n)
                         .map(|i| {
+                            let part = |t: &TensorRef<'_>| {
+                                m(&slice(t, n, i))
+                                    .map(|w| w.named(format!("{} (expert {i})", t.name)))
+                            };
                             Ok(SituFfn {
-                                gate: m(&slice(&e.gate_exps, n, i))?,
-                                up: m(&slice(&e.up_exps, n, i))?,
-                                down: m(&slice(&e.down_exps, n, i))?,
+                                gate: part(&e.gate_exps)?,
+                                up: part(&e.up_exps)?,
+                                down: part(&e.down_exps)?,
                             })
                         })
                         .collect::<Result<_>>()?;
@@ -301,7 +372,31 @@ impl KimiK3 {
             layers,
             hparams: hp,
             bytes,
+            dense_checked: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Checks the values of every matrix but the routed experts' and the embedding's once,
+    /// before the first forward uses them (an expert is checked when a token is first
+    /// routed to it, an embedding row when it is looked up, so a file larger than memory
+    /// is never read whole). The first call names the matrices' bytes to the file first
+    /// ([`crate::weights::read_ahead`]): a mapped file reads them from disk together.
+    fn check_dense(&self) -> Result<()> {
+        if self.dense_checked.get().is_some() {
+            return Ok(());
+        }
+        let mut all: Vec<&WeightRef> = vec![&self.output];
+        for l in &self.layers {
+            all.extend(l.mixer.matrices());
+            match &l.ffn {
+                Ffn::Dense(f) => all.extend(f.matrices()),
+                Ffn::Moe(m) => all.extend(m.dense_matrices()),
+            }
+        }
+        crate::weights::read_ahead(&*self.bytes, all.iter().copied());
+        crate::weights::check_all(self.bytes(), all)?;
+        let _ = self.dense_checked.set(());
+        Ok(())
     }
 
     /// Parses `bytes`, checks them against the `kimi-k3` contract with this build's
@@ -506,12 +601,38 @@ impl KimiK3 {
     /// Token embeddings, `tokens.len() × hidden`.
     pub fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()> {
         let m = self.token_embd.matrix(self.bytes());
-        crate::weights::embed_rows(&m, self.hparams.vocab, tokens, out)
+        crate::weights::embed_rows(&m, self.token_embd.name(), self.hparams.vocab, tokens, out)
     }
 
     /// The LM head on already-normed hidden states.
     pub fn lm_head(&self, hidden: &[f32], logits: &mut [f32]) {
         gemm(&self.output.matrix(self.bytes()), hidden, logits);
+    }
+}
+
+impl crate::target::TargetModel for KimiK3 {
+    fn arch(&self) -> &'static str {
+        dspark_contract::kimi_k3::ARCH
+    }
+    fn shape(&self) -> TargetShape {
+        KimiK3::shape(self)
+    }
+    fn context(&self) -> usize {
+        self.hparams.context
+    }
+    fn special_tokens(&self) -> SpecialTokens {
+        self.special
+    }
+    fn weight_bytes(&self) -> u64 {
+        KimiK3::weight_bytes(self)
+    }
+    fn session(
+        self: Arc<Self>,
+        options: &crate::target::SessionOptions,
+    ) -> Result<Box<dyn Target + Send>> {
+        let mut s = KimiK3::session(&self, options.positions, options.undo)?;
+        s.set_attention(options.attention);
+        Ok(Box::new(s))
     }
 }
 
@@ -528,7 +649,7 @@ impl Checkpoint {
     }
 }
 
-/// `ResMix(u; w)` of every row (`kimi-k3-layout.md` §3.1): softmax over the stack's and
+/// `ResMix(u; w)` of every row (`docs/KIMI-K3.md#resmix`): softmax over the stack's and
 /// u's scores `Σ_d w_d · RMSNorm(x)_d`, then the raw rows mixed with those weights. An
 /// empty stack gives u.
 fn res_mix(stack: &[Checkpoint], u: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -620,6 +741,7 @@ impl KimiK3Session {
         let (hp, bytes) = (&model.hparams, model.bytes());
         let (n, e, eps) = (tokens.len(), hp.hidden, hp.eps);
         let p0 = self.len;
+        model.check_dense()?;
         if n == 0 {
             return Err(RuntimeError::Request(
                 "a forward needs at least one token".into(),
@@ -740,7 +862,9 @@ impl KimiK3Session {
             norm_rows(f_in, &layer.ffn_norm, eps, &mut normed);
             match &layer.ffn {
                 Ffn::Dense(f) => f.forward(bytes, model.situ, &normed, &mut y),
-                Ffn::Moe(m) => m.forward(bytes, &model.routing, model.situ, &normed, &mut y),
+                Ffn::Moe(m) => {
+                    m.forward(&*model.bytes, &model.routing, model.situ, &normed, &mut y)?
+                }
             }
             for (a, b) in p.iter_mut().zip(&y) {
                 *a += b;
@@ -1011,7 +1135,7 @@ fn mla_forward(
                 for (a, &b) in q16.iter_mut().zip(&qa[i * row..(i + 1) * row]) {
                     *a = f16_round(b);
                 }
-                attend_f16(q16, cache, row, r, p0 + t + 1, scale, o);
+                attend_f16(q16, cache, cache, row, p0 + t + 1, scale, o);
             },
         ),
     }
@@ -1046,60 +1170,7 @@ fn mla_forward(
     gemm(&w.output.matrix(bytes), &vo, out);
 }
 
-/// How MLA attention is computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Attention {
-    /// f32 keys, values and queries; a softmax over all scores, then the weighted sum
-    /// (the default; within 5e-4 of the float64 reference).
-    #[default]
-    F32,
-    /// As llama.cpp's CPU flash attention computes it by default (`-fa auto` with its F16
-    /// cache, or any cache once flash attention casts K and V to F16): keys, values and
-    /// the query rounded to F16, scores in f32, an online softmax whose value accumulator
-    /// is rounded to F16 after every key (`ggml_vec_mad_f16` / `ggml_vec_scale_f16`), the
-    /// sum divided out at the end.
-    F16,
-}
-
 use dspark_quant::vector::round_f16 as f16_round;
-
-/// One query row (`q16`, F16-valued) over `count` cached rows of `stride` values (F16
-/// valued, their first `r` the values), by llama.cpp's one-chunk flash-attention recipe
-/// (`ggml-cpu/ops.cpp` `ggml_compute_forward_flash_attn_ext_f16_one_chunk`, F16 V): a
-/// running maximum M and sum S in f32; on a new maximum the F16 accumulator is rescaled by
-/// `exp(M_old − M)`; each value is added with weight `exp(s − M)` by a fused multiply-add
-/// rounded to F16 (ggml's SIMD path, whole steps of 64) or a multiply then an add (its
-/// scalar leftovers); `out = acc / S`.
-fn attend_f16(
-    q16: &[f32],
-    cache: &[f32],
-    stride: usize,
-    r: usize,
-    count: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let kn = kernels();
-    let simd = r / 64 * 64;
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-    out.fill(0.0);
-    for row in cache.chunks_exact(stride).take(count) {
-        let s = (kn.dot_f32)(q16, row) * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > m {
-            let old = m;
-            m = s;
-            ms = (old - m).exp();
-            (kn.scale_round_f16)(out, ms);
-        } else {
-            vs = (s - m).exp();
-        }
-        (kn.mad_round_f16)(out, &row[..r], vs, simd);
-        sum = sum * ms + vs;
-    }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().for_each(|a| *a *= inv);
-}
 
 impl Target for KimiK3Session {
     fn shape(&self) -> TargetShape {

@@ -1,8 +1,8 @@
-//! Kimi K3's FFNs: SiTU (`kimi-k3-layout.md` §3.4), the dense FFN, and the latent MoE
-//! (§3.5, llama.cpp `build_latent_moe` + `build_moe_ffn`): router on the full-width
-//! input, gating, selection with the bias (group-limited when asked), top-k, the
-//! unbiased weights normalised and scaled, experts in the latent, summed in selection
-//! order, the latent norm and up-projection, and the shared experts.
+//! Kimi K3's FFNs: SiTU (`docs/KIMI-K3.md#situ`), the dense FFN, and the latent MoE
+//! (`docs/KIMI-K3.md#latent-moe`, llama.cpp `build_latent_moe` + `build_moe_ffn`): router
+//! on the full-width input, gating, selection with the bias (group-limited when asked),
+//! top-k, the unbiased weights normalised and scaled, experts in the latent, summed in
+//! selection order, the latent norm and up-projection, and the shared experts.
 //!
 //! Routing depends on each token's own router row only, and every expert's products
 //! are column-independent gemms over the tokens routed to it, so a batch routes and
@@ -13,7 +13,7 @@ use dspark_quant::gemm::{gemm, gemm_local};
 use rayon::prelude::*;
 
 use crate::nn::ops::{rms_norm, sigmoid, softplus};
-use crate::weights::WeightRef;
+use crate::weights::{ModelData, WeightRef};
 
 use super::multi_gemm;
 
@@ -70,6 +70,11 @@ impl SituFfn {
         gemm_local(&self.up.matrix(bytes), x, &mut u);
         situ.apply(&mut g, &u);
         gemm_local(&self.down.matrix(bytes), &g, out);
+    }
+
+    /// Its three matrices.
+    pub fn matrices(&self) -> [&WeightRef; 3] {
+        [&self.gate, &self.up, &self.down]
     }
 
     pub fn bytes(&self) -> u64 {
@@ -167,8 +172,20 @@ fn top_k(v: &[f32], k: usize) -> Vec<usize> {
 }
 
 impl Moe {
-    /// The MoE FFN of every row of `h` (`n × E`) into `out`.
-    pub fn forward(&self, bytes: &[u8], routing: &Routing, situ: Situ, h: &[f32], out: &mut [f32]) {
+    /// The MoE FFN of every row of `h` (`n × E`) into `out`. The routed experts' bytes
+    /// are named to the file before any is read ([`crate::weights::read_ahead`]: a mapped
+    /// file larger than memory reads exactly them, together); an expert's values are
+    /// checked the first time a token is routed to it (the error names the expert's
+    /// tensor and the value).
+    pub fn forward(
+        &self,
+        data: &dyn ModelData,
+        routing: &Routing,
+        situ: Situ,
+        h: &[f32],
+        out: &mut [f32],
+    ) -> crate::error::Result<()> {
+        let bytes: &[u8] = data.as_ref();
         let e = self.router.cols;
         let n = h.len() / e;
         let ne = self.router.rows;
@@ -205,6 +222,9 @@ impl Moe {
             })
             .filter(|(_, mine)| !mine.is_empty())
             .collect();
+        let routed = || work.iter().flat_map(|(ei, _)| self.experts[*ei].matrices());
+        crate::weights::read_ahead(data, routed());
+        crate::weights::check_all(bytes, routed())?;
         // The experts side by side, each on one thread over its tokens.
         let outs: Vec<Vec<f32>> = work
             .par_iter()
@@ -259,6 +279,17 @@ impl Moe {
                 *a += b;
             }
         }
+        Ok(())
+    }
+
+    /// Its matrices but the routed experts' (checked at the first forward; the experts
+    /// are checked when first routed to).
+    pub fn dense_matrices(&self) -> impl Iterator<Item = &WeightRef> {
+        [&self.router]
+            .into_iter()
+            .chain(self.routed_down.iter())
+            .chain(self.routed_up.iter())
+            .chain(self.shared.iter().flat_map(SituFfn::matrices))
     }
 
     pub fn bytes(&self) -> u64 {

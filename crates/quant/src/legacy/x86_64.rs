@@ -1,0 +1,341 @@
+//! The AVX2 row kernel of the formats of 32-value runs, on the file's layout: eight rows
+//! at a time, lane i of every register holding row i, so each run's integer sum lands in
+//! its row's lane and the float steps of [`super::dot_ref`] run on eight rows at once,
+//! in its order (one fused multiply-add per run, `d_w · d_x` rounded first). Each run
+//! of the eight rows is decoded once (by the format's [`Avx2Runs::codes`]) and shared
+//! by a group of up to [`GROUP`] columns; column c's instruction sequence is the same
+//! whatever the group holds, so a column alone and among others gives the same bits.
+//! Reached only through the kernel-table rows the format modules build from a `Detected`.
+//!
+//! A run's integer sum: `vpmaddubsw` (unsigned codes times signed activation quants, pairs
+//! added in i16) then `vpmaddwd` by ones (i32), then a `vphaddd` tree turning the eight
+//! rows' vectors into one vector of eight row sums. `vpmaddubsw` saturates its pair
+//! sums, so the codes a format feeds it are at most 127: the unsigned quants themselves
+//! (Q4_1, Q5_1), or the signed values plus an offset (`w + OFFSET`: Q4_0 8, Q5_0 16, MXFP4
+//! 12, Q1_0 1), corrected by `-OFFSET · Σq` per block (from [`Columns::q8_bias`]); IQ4_NL's
+//! values reach ±127, so it multiplies `|q|` by its values with `q`'s sign instead
+//! ([`Avx2Runs::SIGNED`]), which is exact for every quant including -128. Every integer
+//! sum is exact, so only the float steps decide the bits, and they are the reference's.
+
+// The kernels walk several per-column arrays by one index.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::{Runs32, RUN};
+use crate::columns::Columns;
+use crate::matrix::{group_size, Matrix};
+
+/// Rows per pass (the lanes of an AVX2 register).
+pub(crate) const ROWS: usize = 8;
+
+/// Columns sharing one pass over eight rows.
+pub(crate) const GROUP: usize = 4;
+
+/// What the AVX2 kernel needs of a format: its runs as bytes and its scales as lanes.
+pub(crate) trait Avx2Runs: Runs32 {
+    /// Whether [`Avx2Runs::codes`] gives signed values (|v| ≤ 127, met as `|q| · sign(v,
+    /// q)`) rather than unsigned codes `v + OFFSET` ≤ 127 (met as `code · q`).
+    const SIGNED: bool = false;
+    /// What the codes add to the values (unsigned codes only).
+    const OFFSET: i32 = 0;
+
+    /// Run `sub` of the block at `p`, its 32 codes in element order.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `p` points at a whole block.
+    unsafe fn codes(p: *const u8, sub: usize) -> __m256i;
+
+    /// The scales `d_w` and mins `m_w` (zero without a min) of eight blocks, lane i the
+    /// block at `ps[i]`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C; every pointer points at a whole block.
+    unsafe fn scales8(ps: &[*const u8; ROWS]) -> (__m256, __m256);
+}
+
+/// The f16 at byte `at` of each of eight blocks, as f32 lanes.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; `ps[i] + at` holds two readable bytes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(crate) unsafe fn f16x8(ps: &[*const u8; ROWS], at: usize) -> __m256 {
+    // SAFETY: the caller guarantees two readable bytes at each `ps[i] + at`.
+    let h = |i: usize| unsafe { ps[i].add(at).cast::<i16>().read_unaligned() };
+    _mm256_cvtph_ps(_mm_setr_epi16(
+        h(0),
+        h(1),
+        h(2),
+        h(3),
+        h(4),
+        h(5),
+        h(6),
+        h(7),
+    ))
+}
+
+/// The f16 pairs `(d, m)` at the start of eight blocks (Q4_1, Q5_1), as f32 lanes.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; each `ps[i]` holds four readable bytes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(crate) unsafe fn f16_pairs8(ps: &[*const u8; ROWS]) -> (__m256, __m256) {
+    // SAFETY: the caller guarantees four readable bytes at each `ps[i]`.
+    let w = |i: usize| unsafe { ps[i].cast::<i32>().read_unaligned() };
+    let v = _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+    // Per 128-bit lane: the four d's to bytes 0..8, the four m's to bytes 8..16; then the
+    // quadwords in the order d0-3, d4-7, m0-3, m4-7.
+    let split = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
+        10, 11, 14, 15,
+    );
+    let t = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(v, split));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(t)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(t)),
+    )
+}
+
+/// The 32 nibbles of the 16 bytes at `p` in element order (low nibbles first), one per
+/// byte.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` holds 16 readable bytes.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn nibbles32(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let q = unsafe { _mm_loadu_si128(p.cast()) };
+    let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(q), _mm_srli_epi16::<4>(q));
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of the little-endian u32 at `p` as bytes, 0xFF where bit j is set.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` holds 4 readable bytes.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn bits32(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    let v = _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() });
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, spread), bit), bit)
+}
+
+/// The 32 five-bit quants of a Q5 block in element order: nibbles from the 16 bytes at
+/// `qs`, bit 4 from the little-endian u32 at `qh` (bit j for quant j).
+///
+/// # Safety
+/// The CPU must support AVX2; `qh` holds 4 readable bytes and `qs` 16.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn five_bits32(qh: *const u8, qs: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the readable bytes.
+    let (hi, lo) = unsafe { (bits32(qh), nibbles32(qs)) };
+    _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)))
+}
+
+/// The 16-entry byte table `t` in both 128-bit lanes, for `vpshufb` lookups.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn table32(t: &[i8; 16]) -> __m256i {
+    // SAFETY: `t` is 16 bytes.
+    _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(t.as_ptr().cast()) })
+}
+
+/// Columns `at..at + G` as the kernels read them: per run the scales, quants and (for the
+/// offset codes) `-128 · Σq`; per block the Q8_1 sums (formats with a min).
+pub(crate) struct RunColumns<'c, const G: usize> {
+    pub d: [&'c [f32]; G],
+    pub q: [&'c [i8]; G],
+    pub s: [&'c [f32]; G],
+    pub bias: [&'c [i32]; G],
+}
+
+impl<'c, const G: usize> RunColumns<'c, G> {
+    /// Columns `at..at + G` of `x` for a row of `nb` blocks of `F`, checked to cover them.
+    ///
+    /// # Panics
+    /// If a column holds fewer runs than the row (or lacks the sums the format reads).
+    pub fn new<F: Runs32>(x: &'c Columns<'_>, at: usize, nb: usize, offset: bool) -> Self {
+        let runs = nb * F::SUBS;
+        let c = RunColumns {
+            d: std::array::from_fn(|c| x.q8(at + c).0),
+            q: std::array::from_fn(|c| x.q8(at + c).1),
+            s: std::array::from_fn(|c| if F::HAS_MIN { x.q8_sums(at + c) } else { &[] }),
+            bias: std::array::from_fn(|c| if offset { x.q8_bias(at + c) } else { &[] }),
+        };
+        for i in 0..G {
+            assert!(c.d[i].len() >= runs && c.q[i].len() >= runs * RUN);
+            assert!(
+                !F::HAS_MIN || c.s[i].len() >= nb,
+                "the format reads Q8_1 sums"
+            );
+            assert!(
+                !offset || c.bias[i].len() >= runs,
+                "offset codes read Q8_0 sums"
+            );
+        }
+        c
+    }
+
+    /// `-offset · Σq` of column c's run j (`bias` is `-128 · Σq`, a multiple of 128).
+    #[inline(always)]
+    pub fn correction(&self, c: usize, j: usize, offset: i32) -> i32 {
+        (self.bias[c][j] >> 7) * offset
+    }
+}
+
+/// Eight rows (`rows`, each `nb` blocks) · G columns of `x` from column `at`: lane i of
+/// the result for column c is row i's dot product with column at + c, the bits of
+/// [`super::dot_ref`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; the rows hold `nb` whole blocks (checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn eight_rows<F: Avx2Runs, const G: usize>(
+    rows: &[&[u8]; ROWS],
+    nb: usize,
+    x: &RunColumns<'_, G>,
+    next: *const u8,
+) -> [__m256; G] {
+    for r in rows {
+        assert_eq!(r.len(), nb * F::BLOCK_BYTES);
+    }
+    let offset = !F::SIGNED && F::OFFSET != 0;
+    let ptr: [*const u8; ROWS] = rows.map(|r| r.as_ptr());
+    let ones = _mm256_set1_epi16(1);
+    let share = ROWS * F::BLOCK_BYTES;
+    let mut acc = [_mm256_setzero_ps(); G];
+    let mut macc = [_mm256_setzero_ps(); G];
+    for b in 0..nb {
+        // The next eight rows (contiguous in the file), a block's share at a time.
+        for line in (0..share).step_by(64) {
+            let ahead = next.wrapping_add(b * share + line);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+        }
+        // SAFETY: b < nb, so block b of each row is whole (asserted above).
+        let at: [*const u8; ROWS] =
+            std::array::from_fn(|i| unsafe { ptr[i].add(b * F::BLOCK_BYTES) });
+        // SAFETY: as above; the CPU features are this function's.
+        let (dw, mw) = unsafe { F::scales8(&at) };
+        for sub in 0..F::SUBS {
+            let j = b * F::SUBS + sub;
+            // Row code `w` times column c's run j, as eight i32 partial sums.
+            let dot = |w: __m256i, c: usize| -> __m256i {
+                // SAFETY: every column covers the row's runs (RunColumns::new checked).
+                let q = unsafe { _mm256_loadu_si256(x.q[c].as_ptr().add(j * RUN).cast()) };
+                let p = if F::SIGNED {
+                    _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(w, q))
+                } else {
+                    _mm256_maddubs_epi16(w, q)
+                };
+                _mm256_madd_epi16(p, ones)
+            };
+            let mut half = [[_mm256_setzero_si256(); 2]; G];
+            for h in 0..2 {
+                let mut pairs = [[_mm256_setzero_si256(); 2]; G];
+                for p in 0..2 {
+                    let i = 4 * h + 2 * p;
+                    // SAFETY: block b of rows i and i + 1 is whole; the features are ours.
+                    let (w0, w1) = unsafe { (F::codes(at[i], sub), F::codes(at[i + 1], sub)) };
+                    for c in 0..G {
+                        pairs[c][p] = _mm256_hadd_epi32(dot(w0, c), dot(w1, c));
+                    }
+                }
+                for c in 0..G {
+                    half[c][h] = _mm256_hadd_epi32(pairs[c][0], pairs[c][1]);
+                }
+            }
+            for c in 0..G {
+                let (lo, hi) = (half[c][0], half[c][1]);
+                let mut sums = _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                );
+                if offset {
+                    sums = _mm256_add_epi32(sums, _mm256_set1_epi32(x.correction(c, j, F::OFFSET)));
+                }
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[c][j]));
+                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[c]);
+            }
+        }
+        if F::HAS_MIN {
+            for c in 0..G {
+                macc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[c][b]), macc[c]);
+            }
+        }
+    }
+    if F::HAS_MIN {
+        std::array::from_fn(|c| _mm256_add_ps(acc[c], macc[c]))
+    } else {
+        acc
+    }
+}
+
+/// Rows `first..first + out.len() / n` of a matrix of `F` · all n columns, row-major into
+/// `out`: columns in groups of up to [`GROUP`] (each group's columns prepared once),
+/// eight rows at a time (a last group of fewer rows repeats its last row in the spare
+/// lanes and keeps only its own).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    let k = out.len() / n;
+    if k == 0 {
+        return;
+    }
+    assert!(first + k <= w.rows, "rows out of range");
+    let nb = w.row_bytes() / F::BLOCK_BYTES;
+    let offset = !F::SIGNED && F::OFFSET != 0;
+    let mut done = 0;
+    while done < n {
+        let g = group_size(n, done, GROUP);
+        macro_rules! run {
+            ($g:literal) => {{
+                let cols = RunColumns::<$g>::new::<F>(x, done, nb, offset);
+                for g0 in (0..k).step_by(ROWS) {
+                    let valid = (k - g0).min(ROWS);
+                    let rows: [&[u8]; ROWS] =
+                        std::array::from_fn(|i| w.row(first + g0 + i.min(valid - 1)));
+                    let next = rows[0].as_ptr().wrapping_add(ROWS * w.row_bytes());
+                    // SAFETY: the caller guarantees the CPU features; the kernel checks
+                    // the sizes.
+                    let r = unsafe { eight_rows::<F, $g>(&rows, nb, &cols, next) };
+                    let mut lanes = [0.0f32; ROWS];
+                    for (c, v) in r.into_iter().enumerate() {
+                        // SAFETY: `lanes` holds eight f32.
+                        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+                        for (i, &l) in lanes.iter().take(valid).enumerate() {
+                            out[(g0 + i) * n + done + c] = l;
+                        }
+                    }
+                }
+            }};
+        }
+        match g {
+            4 => run!(4),
+            3 => run!(3),
+            2 => run!(2),
+            _ => run!(1),
+        }
+        done += g;
+    }
+}

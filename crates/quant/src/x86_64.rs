@@ -1,0 +1,21 @@
+//! x86-64 helpers the formats' kernels share: horizontal sums in a fixed order.
+
+use std::arch::x86_64::*;
+
+/// Horizontal sum of 8 lanes, in a fixed order.
+#[target_feature(enable = "avx2")]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2));
+    _mm_cvtss_f32(s1)
+}
+
+/// Sum of the eight i32 lanes (wrapping; exact while the true sum fits in i32).
+#[target_feature(enable = "avx2")]
+pub(crate) fn hsum_i32(v: __m256i) -> i32 {
+    let s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2));
+    _mm_cvtsi128_si32(s1)
+}
