@@ -4,7 +4,7 @@
 //   llama_dump MODEL.gguf (--tokens 5,17,300 | --prompt TEXT) [--threads N] [--ctk f16|f32|bf16|q8_0]
 //               [--fa on|off|auto] [--batch 0|1] [--chunks 3,2,...] [--ubatch N] [--n-ctx N]
 //               [--greedy N] [--gen-top K] [--no-logits] [--stop-eog] [--gen-text FILE] [--mmap] [--no-repack]
-//               [--verbose] --out OUT.json
+//               [--dump DIR] [--verbose] --out OUT.json
 //
 // Output: {"model":..., "tokens":[...], "n_vocab":V, "type_k":"f16", "flash_attn":true,
 //          "logits":[[V floats] per prompt position], "argmax":[...], "generated":[...],
@@ -22,6 +22,31 @@
 #include <string>
 #include <vector>
 
+static std::string g_dump_dir;     // --dump: where the first decode's F32 tensors go
+static bool        g_dump_on = false;
+static FILE *      g_dump_index = nullptr;
+
+// --dump: every contiguous F32 (and F16) node of the first decode, written as raw f32 to
+// DIR/<seq>_<name>.f32 (seq: the order they were computed in) with a line "name ne0 ne1 ne2 ne3 op" in DIR/index.txt.
+static bool dump_cb(struct ggml_tensor * t, bool ask, void * /*ud*/) {
+    if (!g_dump_on) { return false; }
+    if (ask) { return t->type == GGML_TYPE_F32 && ggml_is_contiguous(t); }
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) { return true; }
+    std::vector<float> buf(ggml_nelements(t));
+    ggml_backend_tensor_get(t, buf.data(), 0, buf.size() * sizeof(float));
+    std::string name = t->name;
+    for (char & c : name) { if (c == '/' || c == ' ' || c == '(' || c == ')') { c = '_'; } }
+    static int seq = 0;
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%04d_", seq++);
+    name = prefix + name;
+    FILE * f = fopen((g_dump_dir + "/" + name + ".f32").c_str(), "wb");
+    if (f) { fwrite(buf.data(), sizeof(float), buf.size(), f); fclose(f); }
+    fprintf(g_dump_index, "%s %lld %lld %lld %lld %s\n", name.c_str(), (long long) t->ne[0], (long long) t->ne[1],
+            (long long) t->ne[2], (long long) t->ne[3], ggml_op_desc(t));
+    return true;
+}
+
 static std::string g_log;          // everything libllama logged (used to find the resolved FA / K type)
 static bool        g_verbose = false;
 
@@ -38,7 +63,7 @@ static void usage(const char * argv0) {
         "       [--threads N=2] [--ctk f16|f32|bf16|q8_0 (default f16; V type is set equal, MLA requires it)]\n"
         "       [--fa on|off|auto (default auto)] [--batch 0|1 (1 = token by token)] [--chunks 3,2,...]\n"
         "       [--ubatch N (default = n_batch)] [--n-ctx N] [--greedy N] [--gen-top K] [--no-logits] [--stop-eog]\n"
-        "       [--gen-text FILE] [--mmap] [--no-repack] [--verbose]\n",
+        "       [--gen-text FILE] [--mmap] [--no-repack] [--dump DIR] [--verbose]\n",
         argv0);
 }
 
@@ -114,6 +139,7 @@ int main(int argc, char ** argv) {
         else if (a == "--verbose" || a == "-v") { g_verbose = true; }
         else if (a == "--out" || a == "-o") { out_path = next(); }
         else if (a == "--gen-text") { gen_text_path = next(); }
+        else if (a == "--dump")    { g_dump_dir = next(); }
         else if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
         else if (a[0] != '-' && model_path.empty()) { model_path = a; }
         else { fprintf(stderr, "unknown argument: %s\n", a.c_str()); usage(argv[0]); return 1; }
@@ -188,6 +214,12 @@ int main(int argc, char ** argv) {
     cp.type_k          = type_k;
     cp.type_v          = type_k;                  // MLA (K-only cache) requires type_k == type_v
     cp.no_perf         = true;
+    if (!g_dump_dir.empty()) {
+        g_dump_index = fopen((g_dump_dir + "/index.txt").c_str(), "w");
+        if (!g_dump_index) { fprintf(stderr, "cannot write %s/index.txt\n", g_dump_dir.c_str()); return 1; }
+        cp.cb_eval = dump_cb;
+        g_dump_on = true;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); return 1; }
 
@@ -231,6 +263,7 @@ int main(int argc, char ** argv) {
         }
         int rc = llama_decode(ctx, batch);
         if (rc != 0) { fprintf(stderr, "llama_decode failed rc=%d at pos %d (chunk %d)\n", rc, pos, c); return 1; }
+        if (g_dump_on) { g_dump_on = false; fclose(g_dump_index); }
         for (int j = 0; j < c; ++j) {
             const float * l = llama_get_logits_ith(ctx, j);
             if (!l) { fprintf(stderr, "no logits for %d\n", j); return 1; }

@@ -1035,6 +1035,7 @@ fn generate_with_and_without_draft() {
         "7,8,9",
         "--max-tokens",
         "30",
+        "--ignore-eos",
         "--json",
     ]);
     assert_ok(&plain);
@@ -1048,6 +1049,7 @@ fn generate_with_and_without_draft() {
         "7,8,9",
         "--max-tokens",
         "30",
+        "--ignore-eos",
         "--json",
         "--trace",
         s(&trace),

@@ -95,32 +95,8 @@ pub struct Columns<'x> {
     qs: Vec<i8>,
     /// Q8_K: the sums of each run of 16 quants.
     bsums: Vec<i16>,
-    /// Built on first use by a kernel that reads it (see [`Columns::q8_transposed`]).
-    transposed: OnceLock<Transposed>,
     /// `-128 · Σ q` of every block, built on first use (see [`Columns::q8_bias`]).
     bias: OnceLock<Vec<i32>>,
-}
-
-/// The quants of each column's whole groups of eight blocks, transposed in 32-bit groups
-/// (32-byte register k of a group holds bytes 4k..4k+4 of its blocks 0..8; groups go in
-/// pairs 0–1, 2–3, … with their registers interleaved, see [`transposed_slot`]), and per
-/// block of those groups `-128 · Σ q` (for kernels that multiply `w + 128`).
-#[derive(Clone, Debug)]
-struct Transposed {
-    qt: Vec<i8>,
-    bsum: Vec<i32>,
-}
-
-/// Where register k (32 bytes) of block group `group` (of `groups`) lies in a column's
-/// transposed quants, in bytes: groups in complete pairs interleave their registers
-/// (k of the first group, then k of the second, so one 64-byte load takes both); a last
-/// unpaired group keeps its registers in order.
-fn transposed_slot(group: usize, k: usize, groups: usize) -> usize {
-    if group / 2 * 2 + 1 < groups {
-        (group & !1) * 256 + 64 * k + 32 * (group & 1)
-    } else {
-        group * 256 + 32 * k
-    }
 }
 
 /// Blocks quantized per call while preparing columns (bounds the staging buffer).
@@ -165,7 +141,6 @@ impl<'x> Columns<'x> {
             s: Vec::new(),
             qs: Vec::new(),
             bsums: Vec::new(),
-            transposed: OnceLock::new(),
             bias: OnceLock::new(),
         };
         match activation {
@@ -307,23 +282,6 @@ impl<'x> Columns<'x> {
         &self.bsums[c * per..(c + 1) * per]
     }
 
-    /// Column `c`'s whole groups of eight Q8_0 blocks with their quants transposed in
-    /// 32-bit groups, and `-128 · Σ q` per block of those groups (empty unless prepared for
-    /// Q8_0). Built for all columns on the first call, so kernels that never read it (one
-    /// column, AVX2, scalar) never pay for it.
-    pub fn q8_transposed(&self, c: usize) -> (&[i8], &[i32]) {
-        let full = if self.activation == Activation::Q8_0 {
-            self.len / 32 / 8 * 8
-        } else {
-            0
-        };
-        let t = self.transposed.get_or_init(|| self.transpose());
-        (
-            &t.qt[c * full * 32..(c + 1) * full * 32],
-            &t.bsum[c * full..(c + 1) * full],
-        )
-    }
-
     /// `-128 · Σ q` of each of column `c`'s Q8_0 blocks (empty unless prepared for Q8_0),
     /// for kernels that multiply `w + 128`. Built for all columns on the first call.
     pub fn q8_bias(&self, c: usize) -> &[i32] {
@@ -343,37 +301,11 @@ impl<'x> Columns<'x> {
         });
         &bias[c * nb..(c + 1) * nb]
     }
-
-    fn transpose(&self) -> Transposed {
-        if self.activation != Activation::Q8_0 {
-            return Transposed {
-                qt: Vec::new(),
-                bsum: Vec::new(),
-            };
-        }
-        let nb = self.len / 32;
-        let full = nb / 8 * 8;
-        let n = self.n;
-        let mut qt = vec![0i8; n * full * 32];
-        let mut bsum = vec![0i32; n * full];
-        for c in 0..n {
-            for b in 0..full {
-                let src = &self.qs[(c * nb + b) * 32..(c * nb + b + 1) * 32];
-                bsum[c * full + b] = -128 * src.iter().map(|&v| i32::from(v)).sum::<i32>();
-                let (group, lane) = (b / 8, b % 8);
-                for k in 0..8 {
-                    let at = c * full * 32 + transposed_slot(group, k, full / 8) + 4 * lane;
-                    qt[at..at + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
-                }
-            }
-        }
-        Transposed { qt, bsum }
-    }
 }
 
 /// Bytes [`Columns`] of `n` columns of `len` values hold at most, for memory checks made
 /// before a run: the rounded copy of the F16 and BF16 kinds (4 bytes per value), or the
-/// quants, their transposed copy and per-block scales, sums and biases (under 3 bytes per
+/// quants and per-block scales, sums and biases (under 3 bytes per
 /// value), plus the staging buffer.
 pub fn prepared_bytes(len: usize, n: usize) -> u64 {
     (4 * len as u64)

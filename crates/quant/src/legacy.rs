@@ -2,7 +2,8 @@
 //! per block) and Q1_0 (four runs per block of 128). Each run of a row meets one block of
 //! its activation column (ggml's `vec_dot_type`: Q8_0, or Q8_1 for the formats with a
 //! min), so every one of these formats dots the same way — an exact integer sum per run,
-//! then the same few float steps — and one summation order ([`dot_ref`]), one AVX2 row
+//! then the same few float steps — and one summation order ([`dot_ref`], or ggml's lane
+//! order for the formats that set [`Runs32::LANES`]), one AVX2 row
 //! kernel on the file's layout ([`x86_64`]) and one packed layout with its AVX2 and
 //! AVX-512 VNNI kernels ([`tiles`]) serve them all.
 //! What is particular to a format (its block layout, how its values decode, its tables)
@@ -18,20 +19,17 @@
 //! with a min also run `macc = fma(m_w(b), s_x(b), macc)` per block (`s_x` is the Q8_1
 //! block's stored `d · Σq`), and the result is `acc + macc`; for the others it is `acc`.
 //!
-//! Why sequential rather than ggml's order (eight lanes of partial integer sums, each
-//! scaled and added per block): the kernels keep **rows** in their vector lanes (eight
-//! rows per AVX2 register, sixteen per AVX-512 register of a packed tile), so a run's
-//! whole integer sum lands in a row's lane without a horizontal reduction per run and
-//! per column, and each column needs one accumulator (two with a min) whatever the row
-//! length — which lets one pass over the weights serve eight columns. It is also the
-//! order of llama.cpp's own x86 kernels for the weights it re-lays (`repack.cpp`: Q4_0,
-//! IQ4_NL and MXFP4 when the row count is a multiple of 8, as in a loaded model; one
-//! `fma(int sum, d_w · d_x, acc)` per block, rows in lanes, for one column and for four),
-//! and the activation quants are its x86 ones, so there dspark's products are llama.cpp's
-//! bit for bit (tested on fixtures it made). Q4_1, Q5_0, Q5_1 and Q1_0 are not re-laid on
-//! x86: llama.cpp's `vec_dot` keeps eight lanes of partial integer sums per row, each
-//! scaled and added per block, then reduced (Q4_1, Q5_1: plus a scalar sum of `m · s`); the
-//! integer sums are exact either way, so only the order of the float additions differs.
+//! This is the order of llama.cpp's own x86 kernels for the weights it re-lays
+//! (`repack.cpp`: Q4_0, IQ4_NL and MXFP4 when the row count is a multiple of 8, as in a
+//! loaded model; one `fma(int sum, d_w · d_x, acc)` per block, rows in lanes, for one column
+//! and for four), and the kernels keep **rows** in their vector lanes (eight rows per AVX2
+//! register, sixteen per AVX-512 register of a packed tile), so one pass over the weights
+//! serves eight columns. Q4_1, Q5_0 and Q5_1 are not re-laid on x86: llama.cpp runs their
+//! `vec_dot`, which keeps eight lanes of partial integer sums per block, each fused with the
+//! block's scale product, then reduced (Q4_1, Q5_1: plus a fused scalar sum of `m · s`);
+//! those formats set [`Runs32::LANES`] and sum that way ([`dot_lanes_ref`], the AVX2 kernel
+//! `x86_64::rows_lanes_avx2`), so their products are llama.cpp's bit for bit too. Q1_0 keeps
+//! the run order (llama.cpp's own differs; not yet matched).
 
 use crate::columns::Columns;
 use crate::format::BlockFormat;
@@ -48,6 +46,10 @@ pub(crate) trait Runs32: BlockFormat {
     const SUBS: usize = 1;
     /// Whether blocks carry a min `m` (Q4_1, Q5_1), which meets Q8_1's stored `s`.
     const HAS_MIN: bool = false;
+    /// Whether the format sums in ggml's `vec_dot` lane order ([`dot_lanes_ref`]: the
+    /// formats llama.cpp does not re-lay on x86 — Q4_1, Q5_0, Q5_1) rather than the
+    /// run-by-run order of its re-laid kernels ([`dot_ref`]).
+    const LANES: bool = false;
     /// The block's scale `d_w` as f32.
     fn scale(block: &[u8]) -> f32;
     /// The block's min `m_w` as f32 (only read when [`Runs32::HAS_MIN`]).
@@ -64,6 +66,9 @@ pub(crate) trait Runs32: BlockFormat {
 /// The reference dot product of one row of `F` with column `c` of `x`, in the order
 /// described in the module documentation.
 pub(crate) fn dot_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    if F::LANES {
+        return dot_lanes_ref::<F>(row, x, c);
+    }
     let (xd, xq) = x.q8(c);
     let xs = x.q8_sums(c);
     let mut acc = 0.0f32;
@@ -88,6 +93,41 @@ pub(crate) fn dot_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         acc + macc
     } else {
         acc
+    }
+}
+
+/// The reference dot product in ggml's x86 `vec_dot` order (Q4_1, Q5_0, Q5_1; one run per
+/// block): eight lanes, lane `l` of each run the exact integer sum of its values `4l..4l +
+/// 4` times the activation quants; per run, in order, `lane_l = fma(d_w · d_x, isum_l,
+/// lane_l)`; the lanes reduced by [`crate::lanes::hsum8`]. Formats with a min add `m_w ·
+/// s_x` per block to a scalar in order (`macc = fma(m_w, s_x, macc)`, as the compiler
+/// fuses ggml's `summs += m·s`), and the result is `hsum + macc`.
+pub(crate) fn dot_lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    let (xd, xq) = x.q8(c);
+    let xs = x.q8_sums(c);
+    let mut acc = [0.0f32; 8];
+    let mut macc = 0.0f32;
+    for (b, block) in row.chunks_exact(F::BLOCK_BYTES).enumerate() {
+        let d = F::scale(block);
+        if F::HAS_MIN {
+            macc = F::min(block).mul_add(xs[b], macc);
+        }
+        for sub in 0..F::SUBS {
+            let j = b * F::SUBS + sub;
+            let q = &xq[j * RUN..(j + 1) * RUN];
+            let v = F::values(block, sub);
+            let scale = d * xd[j];
+            for (l, a) in acc.iter_mut().enumerate() {
+                let isum: i32 = (4 * l..4 * l + 4).map(|i| v[i] * i32::from(q[i])).sum();
+                *a = scale.mul_add(isum as f32, *a);
+            }
+        }
+    }
+    let sum = crate::lanes::hsum8(acc);
+    if F::HAS_MIN {
+        sum + macc
+    } else {
+        sum
     }
 }
 
@@ -125,6 +165,15 @@ pub(crate) fn kernels<F: tiles::TileRuns + x86_64::Avx2Runs>(
     cpu: crate::cpu::Detected,
 ) -> crate::format::FormatKernels {
     let mut k = crate::format::FormatKernels::reference::<F>();
+    if F::LANES {
+        if cpu.has_avx2() {
+            k.rows = |w, first, x, out| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { x86_64::rows_lanes_avx2::<F>(w, first, x, out) }
+            };
+        }
+        return k;
+    }
     if cpu.has_avx2() {
         k.rows = |w, first, x, out| {
             // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.

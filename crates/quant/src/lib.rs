@@ -19,10 +19,11 @@
 //!   recipes; [`Columns`] holds columns prepared for one of them.
 //! - [`FORMATS`] and [`ACTIVATIONS`]: the tables, one row per weight format and per
 //!   quantized activation kind; [`Kernels`] is both built for this CPU ([`kernels`]), with
-//!   the attention vector kernels and the error sums beside them. Fast kernels equal their
-//!   references (bytes for quantizers, bits for dot products and error sums; Q8_0's dots
-//!   within [`gemm::DOT_TOLERANCE`]), and the tests walk the tables, so a new format is one
-//!   module plus one row, covered automatically.
+//!   the attention and activation vector kernels and the error sums beside them. Fast
+//!   kernels equal their references (bytes for quantizers, bits for dot products and error
+//!   sums), and the tests walk the tables, so a new format is one module plus one row,
+//!   covered automatically. Where a format's reference sums as ggml's x86 kernel for it
+//!   does, its products are llama.cpp's to the bit (`docs/LLAMA-CPP.md` §6 lists which).
 //! - [`gemm`]: weight matrix ([`Matrix`]) × 1..16 activation columns, each column computed
 //!   exactly as it would be alone; it knows formats only through their table rows.
 //! - [`float`]: decoding BF16 / F16 / F32 source bytes and encoding F16 / BF16.
@@ -188,6 +189,11 @@ pub struct Kernels {
     /// An F16 accumulator taking a weighted row, the bits of
     /// [`vector::mad_round_f16_ref`].
     pub mad_round_f16: fn(&mut [f32], &[f32], f32, usize),
+    /// The dot product of F16-valued vectors, the bits of [`vector::dot_f16_ref`] (ggml's
+    /// AVX-512 order).
+    pub dot_f16: fn(&[f32], &[f32]) -> f32,
+    /// SwiGLU in place, the bits of [`vector::swiglu_ref`] (ggml's AVX-512 arithmetic).
+    pub swiglu: fn(&mut [f32], &[f32]),
 }
 
 impl Kernels {
@@ -204,6 +210,8 @@ impl Kernels {
             axpys_f32: vector::axpys_ref,
             scale_round_f16: vector::scale_round_f16_ref,
             mad_round_f16: vector::mad_round_f16_ref,
+            swiglu: vector::swiglu_ref,
+            dot_f16: vector::dot_f16_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -240,6 +248,20 @@ impl Kernels {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::axpys_avx2(y, w, values, stride) }
             };
+            k.swiglu = |g, u| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::swiglu_avx2(g, u) }
+            };
+            k.dot_f16 = |a, b| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::dot_f16_avx2(a, b) }
+            };
+            if cpu.isa() == Isa::Avx512Vnni {
+                k.swiglu = |g, u| {
+                    // SAFETY: built only from a `Detected` with AVX-512 F.
+                    unsafe { vector::x86_64::swiglu_avx512(g, u) }
+                };
+            }
         }
         k
     }
@@ -254,8 +276,8 @@ impl Kernels {
         Detected::avx2().map(Kernels::for_cpu)
     }
 
-    /// The AVX2 kernels with the AVX-512 VNNI Q8_0 row kernel for several columns (the
-    /// same bits as the AVX2 one), or `None` when this CPU lacks any of them.
+    /// The AVX2 kernels with the AVX-512 ones (VNNI tiles of the packed formats, SwiGLU with
+    /// `scalef`; the same bits as the AVX2 ones), or `None` when this CPU lacks any of them.
     pub fn avx512() -> Option<Kernels> {
         Detected::avx512_vnni().map(Kernels::for_cpu)
     }

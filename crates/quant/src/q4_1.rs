@@ -60,6 +60,7 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 pub struct Q4_1;
 
 impl Runs32 for Q4_1 {
+    const LANES: bool = true;
     const BLOCK_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = true;
     fn scale(block: &[u8]) -> f32 {

@@ -58,6 +58,7 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 pub struct Q5_0;
 
 impl Runs32 for Q5_0 {
+    const LANES: bool = true;
     const BLOCK_BYTES: usize = BLOCK_BYTES;
     fn scale(block: &[u8]) -> f32 {
         f16_at(block, 0)

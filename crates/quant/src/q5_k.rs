@@ -11,23 +11,19 @@
 //! **Dequantization** (`dequantize_row_q5_K`, `ggml-quants.c`; gguf-py's `Q5_K`, the same
 //! values): `(d · sc_s) · q - (dmin · m_s)`.
 //!
-//! **Dot** (`vec_dot_type` Q8_K): Q4_K's ([`crate::q4_k`]): the exact `isum` and `msum`
-//! per super-block, then [`crate::kquant`]'s float steps with mins.
+//! **Dot** (`vec_dot_type` Q8_K), in ggml's x86 order (llama.cpp does not re-lay Q5_K on
+//! x86): eight integer lanes per super-block (`block_lanes`) and a min sum, with
+//! `kquant::LaneAcc`'s float steps.
 //!
-//! **Kernels** (`q5_k/x86_64.rs`): on a packed copy ([`pack`]), sixteen rows per tile in
-//! the lanes of registers: AVX2 (two halves of eight rows, `vpmaddubsw` summed in i16
-//! then `vpmaddwd` by the scales, up to four columns per pass) and AVX-512 VNNI
-//! (`vpdpbusd` chains of two, then `vpdpwssd` by the scales, up to eight). Rows outside
-//! whole tiles, or a matrix without its packed copy, take the AVX2 row kernel (a row at a
-//! time, weights shared by up to four columns). All give `dot_ref`'s bits.
+//! **Kernel** (`q5_k/x86_64.rs`): AVX2, a row at a time, weights shared by up to four
+//! columns; `dot_ref`'s bits.
 
 use dspark_gguf::GgmlType;
 
 use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
-use crate::kquant::{f16_at, min_sum, scales_mins_k4, SuperAcc, K_SCALE_SIZE, QK_K};
-use crate::matrix::{Matrix, Packed};
+use crate::kquant::{f16_at, min_sum, scales_mins_k4, LaneAcc, K_SCALE_SIZE, QK_K};
 
 /// Bytes per super-block.
 pub const BLOCK_BYTES: usize = 176;
@@ -83,13 +79,16 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
     }
 }
 
-/// The exact integer sums of one super-block against one Q8_K block: `(isum, msum)`.
-fn block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> (i32, i32) {
+/// A super-block's eight integer lanes as ggml's AVX2 kernel forms them (lane `l`: `Σ sc
+/// · q · x` over positions `4l..4l + 4` of each sub-block of 32), and its exact min sum
+/// `Σ_s m_s · (bsum_{2s} + bsum_{2s+1})`.
+pub(crate) fn block_lanes(b: &[u8], xq: &[i8], bsums: &[i16]) -> ([i32; 8], i32) {
     let (sc, m) = scales_mins_k4(&b[SCALES..QH]);
-    let isum = (0..QK_K)
-        .map(|v| i32::from(sc[v / 32]) * i32::from(quant(b, v)) * i32::from(xq[v]))
-        .sum();
-    (isum, min_sum(&m, 2, bsums))
+    let mut lanes = [0i32; 8];
+    for v in 0..QK_K {
+        lanes[(v % 32) / 4] += i32::from(sc[v / 32]) * i32::from(quant(b, v)) * i32::from(xq[v]);
+    }
+    (lanes, min_sum(&m, 2, bsums))
 }
 
 /// The Q5_K format.
@@ -104,101 +103,35 @@ impl BlockFormat for Q5K {
         dequantize_ref(q, y)
     }
 
-    /// Per super-block in order: the exact `isum` and `msum`, then `acc = fma(isum, d ·
-    /// d_x, acc)`, `accm = fma(msum, dmin · d_x, accm)`; the result is `acc - accm` (see
-    /// [`crate::kquant`]).
+    /// In ggml's x86 order (`vec_dot_q5_K_q8_K`, its AVX2 path): per super-block the eight
+    /// lanes of `block_lanes` fused with `d_x · d_w` into eight accumulators, and the min
+    /// sum into a scalar, `summs = fma(−(d_x · dmin_w), msum, summs)`; the result is
+    /// `hsum8(acc) + summs`.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);
         let bs = x.q8_bsums(c);
-        let mut acc = SuperAcc::default();
+        let mut acc = LaneAcc::default();
         for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
-            let (isum, msum) =
-                block_sums(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
-            acc.add(f16_at(b, D), f16_at(b, DMIN), xd[i], isum, msum);
+            let (lanes, msum) =
+                block_lanes(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
+            acc.add(xd[i] * f16_at(b, D), &lanes);
+            acc.add_min(-(xd[i] * f16_at(b, DMIN)), msum);
         }
-        acc.with_mins()
+        acc.finish()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q5K>();
         #[cfg(target_arch = "x86_64")]
-        {
-            use crate::cpu::Isa;
-            use crate::kquant::x86_64 as x86k;
-            if cpu.has_avx2() {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { x86k::rows_tiled_avx2::<x86_64::Rows>(w, first, x, out) }
-                };
-                k.pack = Some(pack);
-            }
-            if cpu.isa() == Isa::Avx512Vnni {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI
-                    // and the AVX2 set.
-                    unsafe { x86k::rows_tiled_vnni::<x86_64::Rows>(w, first, x, out) }
-                };
-            }
+        if cpu.has_avx2() {
+            k.rows = |w, first, x, out| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { x86_64::rows_lanes_avx2(w, first, x, out) }
+            };
         }
         let _ = cpu;
         k
     }
-}
-
-/// Rows per tile of the packed layout ([`pack`]).
-pub const PACK_ROWS: usize = 16;
-
-/// Bytes of one super-block of one packed tile: 16 rows' low four bits (2048) and fifth
-/// bits (512), scales and mins (128 each, unpacked), `d` and `dmin` (32 each).
-pub(crate) const PACK_BLOCK_BYTES: usize = 2048 + 512 + 128 + 128 + 32 + 32;
-
-/// A Q5_K matrix's whole tiles of [`PACK_ROWS`] rows, re-laid so the tile kernels keep
-/// sixteen (AVX-512) or eight (AVX2) rows in the lanes of their registers; rows beyond the
-/// last whole tile stay in the file's layout only; `None` when there is no whole tile.
-///
-/// Register k (0..64) of a super-block means quants `4k..4k + 4` of each row r at bytes
-/// `4r..4r + 4`. Tile t (rows 16t..16t + 16) is `nb · PACK_BLOCK_BYTES` bytes at
-/// `t · nb · PACK_BLOCK_BYTES`, super-block by super-block, each:
-/// - 32 lines of 64 bytes of low four bits, as Q4_K's ([`crate::q4_k::pack`]): line
-///   `4s + j` holds register `8s + j` in its low nibbles, `8s + 4 + j` in its high ones;
-/// - 8 lines of fifth bits: line s holds register `8s + p`'s in bit p of each byte;
-/// - the 6-bit scales unpacked, sub-block by sub-block, 16 rows each; the mins likewise;
-/// - the rows' `d` (16 f16), then their `dmin` (16 f16).
-///
-/// 2.3 % larger than the file's bytes (the scales unpacked).
-pub fn pack(m: &Matrix<'_>) -> Result<Option<Packed>, std::collections::TryReserveError> {
-    let tiles = m.rows / PACK_ROWS;
-    if m.ty != GgmlType::Q5_K || tiles == 0 {
-        return Ok(None);
-    }
-    let nb = m.cols / QK_K;
-    Packed::build(m, tiles * nb * PACK_BLOCK_BYTES, |out| {
-        for (t, tile) in out.chunks_exact_mut(nb * PACK_BLOCK_BYTES).enumerate() {
-            for (i, dst) in tile.chunks_exact_mut(PACK_BLOCK_BYTES).enumerate() {
-                for r in 0..PACK_ROWS {
-                    let row = m.row(t * PACK_ROWS + r);
-                    let b = &row[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-                    for k in 0..64 {
-                        let (s, j) = (k / 8, k % 8);
-                        let shift = if j < 4 { 0 } else { 4 };
-                        for e in 0..4 {
-                            let q = quant(b, 4 * k + e);
-                            dst[64 * (4 * s + j % 4) + 4 * r + e] |= (q & 0xF) << shift;
-                            dst[2048 + 64 * s + 4 * r + e] |= (q >> 4) << j;
-                        }
-                    }
-                    let (sc, mn) = scales_mins_k4(&b[SCALES..QH]);
-                    for s in 0..8 {
-                        dst[2560 + 16 * s + r] = sc[s];
-                        dst[2688 + 16 * s + r] = mn[s];
-                    }
-                    dst[2816 + 2 * r..][..2].copy_from_slice(&b[D..D + 2]);
-                    dst[2848 + 2 * r..][..2].copy_from_slice(&b[DMIN..DMIN + 2]);
-                }
-            }
-        }
-    })
-    .map(Some)
 }
 
 #[cfg(target_arch = "x86_64")]

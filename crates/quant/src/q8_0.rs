@@ -14,7 +14,6 @@ use half::f16;
 use crate::columns::{Activation, ActivationKernels, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
-use crate::matrix::{Matrix, Packed};
 
 /// Values per block (`QK8_0` in `ggml-common.h`).
 pub const QK8_0: usize = 32;
@@ -160,42 +159,31 @@ impl BlockFormat for Q8_0 {
         dequantize_ref(q, y)
     }
 
-    /// In the order the kernels sum it: per block b an exact integer dot `isum_b` (with
-    /// the AVX2 sign trick's one wrap: a weight below zero negates an activation quant of
-    /// -128 to itself, see [`block_isum`]); blocks of whole runs of eight go to lane
-    /// `b mod 8`, each `lane = fma(d_w · d_x, isum_b, lane)`, reduced by
-    /// [`crate::lanes::hsum8`]; the remaining blocks are summed one by one,
-    /// `tail += (d_w · d_x) · isum_b`; the result is `hsum + tail`.
+    /// In ggml's order (its x86 `vec_dot_q8_0_q8_0`, and llamafile's `tinyBLAS` for
+    /// prompts, which sums alike): eight lanes, lane `l` of block `b` an exact integer dot
+    /// `isum_{b,l}` of values `4l..4l + 4` (with the AVX2 sign trick's one wrap: a weight
+    /// below zero negates an activation quant of -128 to itself, see [`block_isum`]); per
+    /// block, in order, `lane_l = fma(d_w · d_x, isum_{b,l}, lane_l)`; the lanes reduced by
+    /// [`crate::lanes::hsum8`].
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);
-        let nb = row.len() / BLOCK_BYTES;
-        let whole = nb / 8 * 8;
-        let term = |b: usize| {
-            let wb = &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-            let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
-            (
-                dw * xd[b],
-                block_isum(&wb[2..], &xq[b * QK8_0..(b + 1) * QK8_0]) as f32,
-            )
-        };
         let mut acc = [0.0f32; 8];
-        for b in 0..whole {
-            let (scale, isum) = term(b);
-            acc[b % 8] = scale.mul_add(isum, acc[b % 8]);
+        for (b, wb) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
+            let scale = dw * xd[b];
+            let xb = &xq[b * QK8_0..(b + 1) * QK8_0];
+            for (l, a) in acc.iter_mut().enumerate() {
+                let isum = block_isum(&wb[2 + 4 * l..6 + 4 * l], &xb[4 * l..4 * l + 4]);
+                *a = scale.mul_add(isum as f32, *a);
+            }
         }
-        let mut tail = 0.0f32;
-        for b in whole..nb {
-            let (scale, isum) = term(b);
-            tail += scale * isum;
-        }
-        crate::lanes::hsum8(acc) + tail
+        crate::lanes::hsum8(acc)
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q8_0>();
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::cpu::Isa;
             if cpu.has_avx2() {
                 k.quantize = Some(|x, out| {
                     // SAFETY: built only from a `Detected` with AVX2.
@@ -209,14 +197,6 @@ impl BlockFormat for Q8_0 {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                     unsafe { gemm_x86_64::rows_q8_0_avx2(w, first, x, out) }
                 };
-            }
-            if cpu.isa() == Isa::Avx512Vnni {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX-512 F, VL and VNNI and
-                    // the AVX2 set.
-                    unsafe { gemm_x86_64::rows_q8_0_vnni(w, first, x, out) }
-                };
-                k.pack = Some(pack);
             }
         }
         let _ = cpu;
@@ -241,57 +221,6 @@ pub fn activation_kernels(cpu: Detected) -> ActivationKernels {
     }
     let _ = cpu;
     k
-}
-
-/// Rows per tile of the packed Q8_0 layout ([`pack`]).
-pub const PACK_ROWS: usize = 16;
-
-/// Bytes of one block of one packed tile: 16 rows' quants (512) and scales (32).
-pub(crate) const PACK_BLOCK_BYTES: usize = PACK_ROWS * BLOCK_BYTES;
-
-const _: () = assert!(crate::gemm::TASK_ROW_ALIGN.is_multiple_of(PACK_ROWS));
-
-/// A Q8_0 matrix's whole tiles of [`PACK_ROWS`] rows, re-laid so the AVX-512 VNNI kernel
-/// computes sixteen rows' block sums in the sixteen lanes of one register, with no
-/// reduction per row: in the file each row's blocks follow one another, so a one-column
-/// kernel must reduce every block's products across a register (a third of its work on a
-/// 256-wide model). Rows beyond the last whole tile stay in the file's layout only; `None`
-/// when there is no whole tile.
-///
-/// Tile t (rows 16t..16t + 16) of a matrix of nb blocks per row is `nb · 544` bytes at
-/// `t · nb · 544`: first the quants, block by block, each block eight 64-byte registers,
-/// register k holding bytes 4k..4k + 4 of that block of rows 0..16 (each byte XOR 0x80,
-/// i.e. `w + 128` as an unsigned byte, what `vpdpbusd` multiplies); then the f16 scales,
-/// block by block, 16 rows each. The same bytes as the file's, moved: a packed matrix is
-/// exactly as large.
-///
-/// Written here rather than taken from ggml's repacking because ggml's Q8_0 layouts are
-/// made for other instructions.
-pub fn pack(m: &Matrix<'_>) -> Result<Option<Packed>, std::collections::TryReserveError> {
-    let tiles = m.rows / PACK_ROWS;
-    if m.ty != GgmlType::Q8_0 || tiles == 0 {
-        return Ok(None);
-    }
-    let nb = m.cols / QK8_0;
-    let len = tiles * nb * PACK_BLOCK_BYTES;
-    Packed::build(m, len, |out| {
-        for (t, tile) in out.chunks_exact_mut(nb * PACK_BLOCK_BYTES).enumerate() {
-            let (quants, scales) = tile.split_at_mut(nb * PACK_ROWS * QK8_0);
-            for r in 0..PACK_ROWS {
-                let row = m.row(t * PACK_ROWS + r);
-                for (b, block) in row.chunks_exact(BLOCK_BYTES).enumerate() {
-                    scales[(b * PACK_ROWS + r) * 2..][..2].copy_from_slice(&block[..2]);
-                    for k in 0..8 {
-                        let at = b * PACK_ROWS * QK8_0 + k * 64 + 4 * r;
-                        for j in 0..4 {
-                            quants[at + j] = block[2 + 4 * k + j] ^ 0x80;
-                        }
-                    }
-                }
-            }
-        }
-    })
-    .map(Some)
 }
 
 #[cfg(target_arch = "x86_64")]

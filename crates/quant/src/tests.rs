@@ -572,19 +572,14 @@ pub(crate) mod formats {
     }
 }
 
-/// The AVX-512 VNNI Q8_0 kernel gives the same bits as the AVX2 one, for any number of
-/// columns and rows with and without blocks left over after groups of eight, including
-/// weight bytes of -128 (which ggml's quantizer never writes but a file may hold). This is
-/// what lets the kernel be chosen by column count without changing any result.
+/// The Q8_0 kernels give the scalar reference's bits (ggml's lane order) for any number
+/// of columns, rows of any block count, and weight bytes of -128 (which ggml's quantizer
+/// never writes but a file may hold), run on one thread or split across three.
 #[test]
-fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
+fn q8_0_kernels_give_the_reference_bits() {
     use crate::gemm::{gemm_with, Matrix};
-    let (Some(avx2), Some(vnni)) = (Kernels::avx2(), Kernels::avx512()) else {
-        eprintln!("AVX2 or AVX-512 VNNI missing: nothing to compare on this CPU");
-        return;
-    };
     let mut rng = Rng(91);
-    for cols in [32, 256, 288, 544, 800, 1024, 1824, 4128] {
+    for cols in [32, 256, 288, 544, 800, 1824, 4128] {
         let rows = 19;
         let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let mut q = vec![0u8; rows * cols / 32 * 34];
@@ -595,124 +590,26 @@ fn vnni_and_avx2_q8_0_kernels_give_the_same_bits() {
             }
         }
         let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
-        let x: Vec<f32> = (0..16 * cols).map(|_| rng.normal() * 2.0).collect();
-        for n in 1..=16 {
+        let x: Vec<f32> = (0..17 * cols).map(|_| rng.normal() * 2.0).collect();
+        for n in (1..=9).chain([16, 17]) {
             let run = |k: &Kernels| {
                 let mut y = vec![0.0f32; n * rows];
                 gemm_with(k, &w, &x[..n * cols], &mut y);
                 y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
             };
-            assert_eq!(run(&avx2), run(&vnni), "cols {cols} n {n}");
-        }
-    }
-}
-
-/// The packed tiles give the same bits as the file's layout: for rows in and outside whole
-/// tiles, blocks in and outside groups of eight, any number of columns, split across
-/// threads or not, with weight bytes of -128.
-#[test]
-fn packed_q8_0_tiles_give_the_same_bits() {
-    use crate::gemm::{gemm_with, Matrix};
-    let (Some(avx2), Some(vnni)) = (Kernels::avx2(), Kernels::avx512()) else {
-        eprintln!("AVX2 or AVX-512 VNNI missing: nothing to compare on this CPU");
-        return;
-    };
-    assert!(avx2.format(GgmlType::Q8_0).unwrap().pack.is_none());
-    assert!(vnni.format(GgmlType::Q8_0).unwrap().pack.is_some());
-    assert!(
-        q8_0::pack(&Matrix::new(GgmlType::Q8_0, 15, 32, &[0; 34 * 15]).unwrap())
-            .unwrap()
-            .is_none()
-    );
-    let mut rng = Rng(17);
-    for (rows, cols) in [
-        (16, 32),
-        (35, 256),
-        (48, 288),
-        (19, 544),
-        (64, 1824),
-        (97, 4128),
-    ] {
-        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
-        let mut q = vec![0u8; rows * cols / 32 * 34];
-        q8_0::quantize_ref(&v, &mut q);
-        for (i, b) in q.iter_mut().enumerate() {
-            if i % 34 >= 2 && i % 13 == 0 {
-                *b = 0x80;
-            }
-        }
-        let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
-        let p = q8_0::pack(&w).unwrap().expect("a whole tile");
-        assert_eq!(p.bytes() as usize, rows / 16 * 16 * cols / 32 * 34);
-        let wp = w.with_packed(&p);
-        let x: Vec<f32> = (0..33 * cols).map(|_| rng.normal() * 2.0).collect();
-        for n in (1..=9).chain([16, 17, 33]) {
-            let run = |k: &Kernels, w: &Matrix<'_>| {
-                let mut y = vec![0.0f32; n * rows];
-                gemm_with(k, w, &x[..n * cols], &mut y);
-                y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
-            };
-            let plain = run(&avx2, &w);
-            assert_eq!(plain, run(&vnni, &wp), "rows {rows} cols {cols} n {n}");
+            let want = run(&Kernels::scalar());
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(3)
                 .build()
                 .unwrap();
-            assert_eq!(
-                plain,
-                pool.install(|| run(&vnni, &wp)),
-                "3 threads, rows {rows} cols {cols} n {n}"
-            );
-        }
-    }
-}
-
-/// Rows shorter than eight Q8_0 blocks go eight at a time through the AVX2 kernel; each
-/// result is still exactly `0 + Σ_b (d_w · d_x) · isum_b` in block order, as a row alone
-/// computes it (this restates that expression in scalar code and compares bits).
-#[test]
-fn short_q8_0_rows_give_the_bits_of_the_row_by_row_expression() {
-    use crate::gemm::{gemm_with, Columns, Matrix};
-    use crate::Activation;
-    let Some(avx2) = Kernels::avx2() else {
-        eprintln!("AVX2 missing: nothing to compare on this CPU");
-        return;
-    };
-    let mut rng = Rng(123);
-    for cols in [32, 96, 224] {
-        let rows = 21;
-        let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
-        let mut q = vec![0u8; rows * cols / 32 * 34];
-        q8_0::quantize_ref(&v, &mut q);
-        let w = Matrix::new(GgmlType::Q8_0, rows, cols, &q).unwrap();
-        for n in 1..=3 {
-            let x: Vec<f32> = (0..n * cols).map(|_| rng.normal()).collect();
-            let mut y = vec![0.0f32; n * rows];
-            gemm_with(&avx2, &w, &x, &mut y);
-            let xc = Columns::new(Activation::Q8_0, &x, cols);
-            for c in 0..n {
-                let (d, qx) = xc.q8(c);
-                for r in 0..rows {
-                    let row = w.row(r);
-                    let mut tail = 0.0f32;
-                    for b in 0..cols / 32 {
-                        let blk = &row[b * 34..(b + 1) * 34];
-                        let dw =
-                            half::f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f32();
-                        let isum: i32 = blk[2..]
-                            .iter()
-                            .zip(&qx[b * 32..(b + 1) * 32])
-                            .map(|(&a, &x)| i32::from(a as i8) * i32::from(x))
-                            .sum();
-                        tail += dw * d[b] * isum as f32;
-                    }
-                    let want = 0.0f32 + tail;
-                    assert_eq!(
-                        y[c * rows + r].to_bits(),
-                        want.to_bits(),
-                        "cols {cols} n {n} column {c} row {r}"
-                    );
-                }
+            for k in fast_kernels() {
+                assert_eq!(run(&k), want, "{} cols {cols} n {n}", k.isa);
+                assert_eq!(
+                    pool.install(|| run(&k)),
+                    want,
+                    "{} 3 threads cols {cols} n {n}",
+                    k.isa
+                );
             }
         }
     }
@@ -919,6 +816,78 @@ fn dequantization_equals_gguf_py_bit_for_bit() {
                 f32::from_bits(got[i]),
                 f32::from_bits(want[i])
             );
+        }
+    }
+}
+
+/// SwiGLU kernels give the reference's bits: lengths around the group size (the leftover
+/// elements take libm's `expf`), ordinary activations, and the edges of the exponential
+/// (results overflowing to infinity, subnormal, `|n| > 192`).
+#[test]
+fn swiglu_kernels_match_their_reference() {
+    let mut rng = Rng(31);
+    for len in [0usize, 1, 8, 15, 16, 17, 31, 32, 48, 100, 1536] {
+        for scale in [1.0f32, 4.0, 30.0, 95.0, 300.0] {
+            let g: Vec<f32> = (0..len).map(|_| rng.normal() * scale).collect();
+            let u: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+            let mut want = g.clone();
+            crate::vector::swiglu_ref(&mut want, &u);
+            for k in fast_kernels() {
+                let mut got = g.clone();
+                (k.swiglu)(&mut got, &u);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{} len {len} scale {scale}", k.isa);
+            }
+        }
+    }
+}
+
+/// ggml's vectorised exponential stays within 3 ulp of the exact one where the result is
+/// normal, and reaches infinity and zero where ggml's does.
+#[test]
+fn ggml_expf_is_close_to_exp() {
+    use crate::vector::ggml_expf;
+    let mut x = -103.0f32;
+    while x < 88.5 {
+        let got = ggml_expf(x);
+        let want = f64::from(x).exp();
+        if want > 1.2e-38 && want < 3.0e38 {
+            let ulp = f64::from(f32::from_bits(got.to_bits() + 1) - got);
+            assert!(
+                (f64::from(got) - want).abs() <= 3.0 * ulp,
+                "e^{x}: {got} vs {want}"
+            );
+        }
+        x += 0.0137;
+    }
+    assert_eq!(ggml_expf(200.0), f32::INFINITY);
+    assert_eq!(ggml_expf(-200.0), 0.0);
+    assert_eq!(ggml_expf(0.0), 1.0);
+    assert!(ggml_expf(f32::NAN).is_nan());
+}
+
+/// The F16 dot-product kernels give the reference's bits (ggml's AVX-512 order): lengths
+/// around its step of 64, F16-valued inputs of several magnitudes.
+#[test]
+fn f16_dot_kernels_match_their_reference() {
+    let mut rng = Rng(37);
+    for len in [0usize, 1, 16, 63, 64, 65, 100, 128, 192, 576] {
+        for scale in [1.0f32, 1e-3, 200.0] {
+            let a: Vec<f32> = (0..len)
+                .map(|_| crate::vector::round_f16(rng.normal() * scale))
+                .collect();
+            let b: Vec<f32> = (0..len)
+                .map(|_| crate::vector::round_f16(rng.normal() * scale))
+                .collect();
+            let want = crate::vector::dot_f16_ref(&a, &b);
+            for k in fast_kernels() {
+                assert_eq!(
+                    (k.dot_f16)(&a, &b).to_bits(),
+                    want.to_bits(),
+                    "{} len {len} scale {scale}",
+                    k.isa
+                );
+            }
         }
     }
 }

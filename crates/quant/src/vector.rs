@@ -1,5 +1,6 @@
-//! f32 vector kernels of attention: the dot product of a query and a key, and `y += s·x`
-//! for the weighted sum of values. Scalar references here; AVX2 + FMA versions in
+//! f32 vector kernels: those of attention (the dot product of a query and a key, `y += s·x`
+//! for the weighted sum of values, the F16 accumulator steps) and the gated activation of
+//! the feed-forward blocks ([`swiglu_ref`]). Scalar references here; AVX2 + FMA versions in
 //! `vector/x86_64.rs`, held to the references within [`crate::gemm::DOT_TOLERANCE`] of
 //! `Σ |a·b|` by the tests. Each is a pure function of its inputs, so one query's result
 //! does not depend on what else is computed beside it.
@@ -76,6 +77,109 @@ pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32, fused: usize) {
         } else {
             *o + v * s
         });
+    }
+}
+
+/// Elements per step of ggml's F16 dot product ([`dot_f16_ref`]): four registers of 16.
+pub const F16_DOT_STEP: usize = 64;
+
+/// The dot product of two F16-valued vectors as ggml's `ggml_vec_dot_f16` computes it on
+/// AVX-512 (what its flash attention scores a key with): whole steps of
+/// [`F16_DOT_STEP`] values fused into four 16-lane accumulators (accumulator `j` takes
+/// values `16j..16j + 16` of each step), the accumulators added pairwise (`0 + 2`, `1 + 3`,
+/// then the two), the 16 lanes reduced by [`crate::lanes::hsum16`]; the leftover values'
+/// products added in f64; the result rounded to f32.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot lengths");
+    let whole = a.len() / F16_DOT_STEP * F16_DOT_STEP;
+    let mut acc = [[0.0f32; 16]; 4];
+    for (sa, sb) in a[..whole]
+        .chunks_exact(F16_DOT_STEP)
+        .zip(b[..whole].chunks_exact(F16_DOT_STEP))
+    {
+        for (j, reg) in acc.iter_mut().enumerate() {
+            for (l, lane) in reg.iter_mut().enumerate() {
+                *lane = sa[16 * j + l].mul_add(sb[16 * j + l], *lane);
+            }
+        }
+    }
+    let lanes: [f32; 16] =
+        std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let mut sum = f64::from(crate::lanes::hsum16(lanes));
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += f64::from(x * y);
+    }
+    sum as f32
+}
+
+/// Elements [`swiglu_ref`] takes through the vectorised exponential, in groups of this many.
+pub const SWIGLU_GROUP: usize = 16;
+
+/// `e^x` as ggml's AVX-512 `ggml_v_expf` computes it (`docs/RUNTIME-MATH.md` §1.8): a
+/// round-to-integer `n = round(x·log2 e)`, the remainder `b = x − n·ln 2` in two fused
+/// steps, a degree-5 polynomial in fused steps, scaled by `2^n` with one rounding; `|n| >
+/// 192` gives `+inf` (n > 0) or `+0`. Within 3 ulp of `e^x`, but not the same bits as a
+/// libm `expf`: llama.cpp's gated activations use this one, so the targets do too.
+#[inline]
+pub fn ggml_expf(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2 e
+    let n = z - r;
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bf_be8e),                  // ln 2, low part
+        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // ln 2, high part
+    );
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    let u = b * b;
+    let j = f32::from_bits(0x3c07_2010)
+        .mul_add(b, f32::from_bits(0x3d2b_9f17))
+        .mul_add(
+            u,
+            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
+        )
+        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0));
+    scale_pow2(j, n)
+}
+
+/// `j · 2^n` rounded once, for `|n| ≤ 192` an integer (what AVX-512's `scalef` gives): two
+/// exact powers of two, the first product exact because `j` is near 1.
+#[inline]
+pub(crate) fn scale_pow2(j: f32, n: f32) -> f32 {
+    if n.is_nan() || j.is_nan() {
+        return j + n;
+    }
+    let n = n as i32;
+    let half = n / 2;
+    j * pow2(half) * pow2(n - half)
+}
+
+/// `2^e` for `|e| ≤ 96` (a normal f32).
+#[inline]
+fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// `gate_i = silu(gate_i) · up_i` (SwiGLU) as ggml's `ggml_vec_swiglu_f32` computes it with
+/// AVX-512: each whole group of [`SWIGLU_GROUP`] elements as `x / (1 + ggml_expf(−x)) · up`,
+/// the leftover elements with libm's `expf` (its scalar `ggml_silu_f32`).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn swiglu_ref(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu lengths");
+    let grouped = gate.len() - gate.len() % SWIGLU_GROUP;
+    for (i, (g, &u)) in gate.iter_mut().zip(up).enumerate() {
+        let e = if i < grouped {
+            ggml_expf(-*g)
+        } else {
+            (-*g).exp()
+        };
+        *g = *g / (1.0 + e) * u;
     }
 }
 

@@ -15,8 +15,8 @@
 //! speed, never the greedy tokens or the sampled law. Plain steps' features reach the
 //! drafter in one batch before it next drafts.
 //!
-//! Both loops prefill in chunks of [`PREFILL_CHUNK`] positions (the same bits as one
-//! forward) and poll [`Observer::interrupted`] between chunks and steps, so an interrupt
+//! Both loops prefill in chunks of [`PREFILL_CHUNK`] positions (llama.cpp's micro-batches)
+//! and poll [`Observer::interrupted`] between chunks and steps, so an interrupt
 //! is honoured within one step; what was generated until then is kept.
 
 use std::time::Instant;
@@ -29,10 +29,11 @@ use crate::sampling::{judge, Sampler, Sampling, Stream, Verdict};
 use crate::schedule::{Planner, Schedule};
 use crate::target::{Logits, Rollback, Target};
 
-/// Positions per prefill forward: as many columns as the widest kernel pass takes, so
-/// chunking costs no extra pass over the weights, and short enough that an interrupt is
-/// seen within a fraction of a second on the targets dspark runs.
-pub const PREFILL_CHUNK: usize = 16;
+/// Positions per prefill forward: llama.cpp's default micro-batch (`n_ubatch`, 512), so a
+/// prompt is split into forwards of the sizes llama.cpp splits it into, and the paths it
+/// picks by a forward's size (its tiled flash attention from 64 positions,
+/// [`crate::nn::decoder`]) are followed bit for bit. An interrupt is seen between chunks.
+pub const PREFILL_CHUNK: usize = 512;
 
 /// Bytes of plain steps' features a speculative run keeps before handing them to the
 /// drafter in one batch (it takes them before it drafts in any case): 8 MiB, a few hundred

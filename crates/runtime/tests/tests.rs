@@ -299,9 +299,11 @@ fn streaming_interrupts_and_the_context_limit() {
 #[test]
 fn chunked_prefill_is_exact() {
     let model = run::target(qwen3_gguf(&Qwen3Geometry::small(), 3, GgmlType::Q8_0));
-    let prompt: Vec<u32> = (0..53).map(|i| (i * 37 + 11) % 1000).collect();
+    let prompt: Vec<u32> = (0..PREFILL_CHUNK as u32 + 21)
+        .map(|i| (i * 37 + 11) % 1000)
+        .collect();
     assert!(PREFILL_CHUNK < prompt.len());
-    let mut one = model.session(64).unwrap();
+    let mut one = model.session(prompt.len() + 8).unwrap();
     let f = one.forward(&prompt, &[], Logits::Last).unwrap();
     let out = run::greedy(&model, &request(&prompt, 3, &[]));
     assert_eq!(out.tokens[0], argmax(&f.logits));

@@ -339,3 +339,103 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
         done += g;
     }
 }
+
+/// One row of a format that sums in ggml's lane order ([`super::dot_lanes_ref`]) · G
+/// columns: each run decoded once (by [`Avx2Runs::codes`]), then per column the eight
+/// lanes' exact integer sums (values as signed bytes met as `|v| · sign(q, v)`, or
+/// unsigned codes met as `code · q`), converted and fused into eight f32 lanes with the
+/// run's scale product; the mins' products fused into a scalar per column. The same bits
+/// as the reference.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; every column covers the row's runs (checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_group<F: Avx2Runs, const G: usize>(
+    row: &[u8],
+    x: &Columns<'_>,
+    first_col: usize,
+    out: &mut [f32],
+) {
+    let nb = row.len() / F::BLOCK_BYTES;
+    let cols: [(&[f32], &[i8], &[f32]); G] = std::array::from_fn(|c| {
+        let (d, q) = x.q8(first_col + c);
+        (d, q, x.q8_sums(first_col + c))
+    });
+    for (d, q, s) in &cols {
+        assert!(d.len() >= nb * F::SUBS && q.len() >= nb * F::SUBS * RUN);
+        assert!(!F::HAS_MIN || s.len() >= nb);
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); G];
+    let mut macc = [0.0f32; G];
+    for (b, block) in row.chunks_exact(F::BLOCK_BYTES).enumerate() {
+        let dw = F::scale(block);
+        if F::HAS_MIN {
+            let m = F::min(block);
+            for c in 0..G {
+                macc[c] = m.mul_add(cols[c].2[b], macc[c]);
+            }
+        }
+        for sub in 0..F::SUBS {
+            let j = b * F::SUBS + sub;
+            // SAFETY: `block` is a whole block of the row.
+            let codes = unsafe { F::codes(block.as_ptr(), sub) };
+            let signed = if F::SIGNED {
+                codes
+            } else {
+                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
+            };
+            let mag = _mm256_sign_epi8(signed, signed);
+            for c in 0..G {
+                let (d, q, _) = cols[c];
+                // SAFETY: run j's 32 quants lie inside the column (asserted above).
+                let qx = unsafe { _mm256_loadu_si256(q.as_ptr().add(j * RUN).cast()) };
+                let pairs = if F::SIGNED || F::OFFSET != 0 {
+                    _mm256_maddubs_epi16(mag, _mm256_sign_epi8(qx, signed))
+                } else {
+                    _mm256_maddubs_epi16(codes, qx)
+                };
+                let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[j]), lanes, acc[c]);
+            }
+        }
+    }
+    for c in 0..G {
+        let sum = crate::x86_64::hsum(acc[c]);
+        out[c] = if F::HAS_MIN { sum + macc[c] } else { sum };
+    }
+}
+
+/// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
+/// into `out`, columns in groups of up to [`GROUP`]; a column's bits never depend on its
+/// group.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first + i);
+        let mut done = 0;
+        while done < n {
+            let g = group_size(n, done, GROUP);
+            let o = &mut row_out[done..done + g];
+            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+            unsafe {
+                match g {
+                    4 => lanes_group::<F, 4>(row, x, done, o),
+                    3 => lanes_group::<F, 3>(row, x, done, o),
+                    2 => lanes_group::<F, 2>(row, x, done, o),
+                    _ => lanes_group::<F, 1>(row, x, done, o),
+                }
+            }
+            done += g;
+        }
+    }
+}

@@ -183,3 +183,161 @@ pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32, fused:
     }
     super::mad_round_f16_ref(&mut y[i..], &x[i..], s, fused.saturating_sub(i));
 }
+
+/// The polynomial part of ggml's vectorised `e^x` on eight lanes: `(n, j)` with `e^x =
+/// j · 2^n` (see [`super::ggml_expf`]).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn expf_parts_avx2(x: __m256) -> (__m256, __m256) {
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let r = c(0x4b40_0000);
+    let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let n = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
+    let u = _mm256_mul_ps(b, b);
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        u,
+        _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+    );
+    (n, j)
+}
+
+/// [`super::ggml_expf`] on eight lanes: `2^n` applied as two exact powers of two, one
+/// rounding (AVX-512's `scalef`, which AVX2 lacks); `|n| > 192` gives `+inf` or `+0`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn ggml_expf_avx2(x: __m256) -> __m256 {
+    let (n, j) = expf_parts_avx2(x);
+    let ni = _mm256_cvttps_epi32(n);
+    // n / 2 rounded toward zero, as the scalar `i32` division does.
+    let half = _mm256_srai_epi32::<1>(_mm256_add_epi32(ni, _mm256_srli_epi32::<31>(ni)));
+    let rest = _mm256_sub_epi32(ni, half);
+    let pow2 = |e: __m256i| {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            e,
+            _mm256_set1_epi32(127),
+        )))
+    };
+    let res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(half)), pow2(rest));
+    let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+    let big = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+    let alt = _mm256_blendv_ps(
+        _mm256_set1_ps(f32::INFINITY),
+        _mm256_setzero_ps(),
+        _mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps()),
+    );
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(n, j);
+    let res = _mm256_blendv_ps(res, _mm256_add_ps(j, n), nan);
+    _mm256_blendv_ps(res, alt, big)
+}
+
+/// [`super::swiglu_ref`] with eight lanes at a time: the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu lengths");
+    let grouped = gate.len() - gate.len() % super::SWIGLU_GROUP;
+    let (pg, pu) = (gate.as_mut_ptr(), up.as_ptr());
+    let mut i = 0;
+    while i < grouped {
+        // SAFETY: i + 8 <= grouped <= both lengths.
+        unsafe {
+            let x = _mm256_loadu_ps(pg.add(i));
+            let e = ggml_expf_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+            let s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+            _mm256_storeu_ps(pg.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(pu.add(i))));
+        }
+        i += 8;
+    }
+    for (g, &u) in gate[grouped..].iter_mut().zip(&up[grouped..]) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// [`super::swiglu_ref`] with sixteen lanes at a time and AVX-512's `scalef`, as ggml's own
+/// AVX-512 build computes it: the same bits.
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu lengths");
+    let grouped = gate.len() - gate.len() % super::SWIGLU_GROUP;
+    let (pg, pu) = (gate.as_mut_ptr(), up.as_ptr());
+    let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+    let mut i = 0;
+    while i < grouped {
+        // SAFETY: i + 16 <= grouped <= both lengths.
+        unsafe {
+            let xv = _mm512_loadu_ps(pg.add(i));
+            let x = _mm512_sub_ps(_mm512_setzero_ps(), xv);
+            let r = c(0x4b40_0000);
+            let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+            let n = _mm512_sub_ps(z, r);
+            let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
+            let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+            let u = _mm512_mul_ps(b, b);
+            let j = _mm512_fmadd_ps(
+                _mm512_fmadd_ps(
+                    _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                    u,
+                    _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+                ),
+                u,
+                _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+            );
+            let res = _mm512_scalef_ps(j, n);
+            let le0 = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
+            let alt = _mm512_mask_blend_ps(le0, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+            let e = _mm512_mask_blend_ps(big, res, alt);
+            let s = _mm512_div_ps(xv, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+            _mm512_storeu_ps(pg.add(i), _mm512_mul_ps(s, _mm512_loadu_ps(pu.add(i))));
+        }
+        i += 16;
+    }
+    for (g, &u) in gate[grouped..].iter_mut().zip(&up[grouped..]) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// [`super::dot_f16_ref`] on AVX2: each 16-lane accumulator of the reference held as two
+/// 8-lane halves, the same fused steps, the same reduction; the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot lengths");
+    let whole = a.len() / super::F16_DOT_STEP * super::F16_DOT_STEP;
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut i = 0;
+    while i < whole {
+        for (h, reg) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8h + 8 <= whole <= both lengths.
+            unsafe {
+                *reg = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 8 * h)),
+                    _mm256_loadu_ps(pb.add(i + 8 * h)),
+                    *reg,
+                );
+            }
+        }
+        i += super::F16_DOT_STEP;
+    }
+    // Register j of the reference is halves 2j (lanes 0..8) and 2j + 1 (lanes 8..16).
+    let lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+    let hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+    let mut sum = f64::from(crate::x86_64::hsum(_mm256_add_ps(lo, hi)));
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += f64::from(x * y);
+    }
+    sum as f32
+}

@@ -4,7 +4,7 @@
 //! contract crate checked it ([`Qwen3File`]).
 //!
 //! The forward pass follows `docs/RUNTIME-MATH.md` §1.4 (same decoder layer as the
-//! drafter, causal here): per token, RMSNorm → q/k/v → per-head q/k RMSNorm → RoPE (NeoX)
+//! drafter, causal here): per token, RMSNorm → q/k/v → per-head q/k RMSNorm → RoPE (NeoX, ggml's f32 angles)
 //! → causal GQA attention over the KV cache → output projection → residual → RMSNorm →
 //! SwiGLU FFN → residual. Every per-token quantity depends on that token's column only
 //! (gemm computes each column alone; norms, RoPE and attention are per row), so a forward
@@ -13,7 +13,8 @@
 //! [`Qwen3`] holds the weights (shared through an `Arc`); [`Qwen3Session`] one sequence's
 //! KV cache and positions, so one loaded model serves any number of sessions. The forward
 //! is the shared decoder's ([`crate::nn::decoder`]) with Qwen3's per-head q/k norms and
-//! Hugging Face's NeoX rotation; its attention is f32 whatever a session asks.
+//! the NeoX rotation computed as ggml computes it; attention is what the session asks
+//! (F16, llama.cpp's default flash attention, or f32).
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use crate::error::Result;
 use crate::nn::attention::Attention;
 use crate::nn::decoder::{Decoder, DecoderSession, HasDecoder};
 use crate::nn::layer::{DecoderLayer, Dims};
-use crate::nn::rope::{Rope, Rotary};
+use crate::nn::rope::{GgmlRope, GgmlRopeSettings, Pairing, Rotary};
 use crate::target::{Logits, Target};
 use crate::weights::{vector, ModelBytes, WeightRef};
 
@@ -72,13 +73,22 @@ impl Qwen3 {
             token_embd,
             output_norm: vector(file.output_norm())?,
             output,
-            rotary: Rotary::Hf(Rope::new(h.head_dim, f64::from(h.rope_base), None)),
+            rotary: Rotary::Ggml(GgmlRope::new(GgmlRopeSettings {
+                dims: h.head_dim,
+                pairing: Pairing::Halves,
+                base: h.rope_base,
+                freq_scale: 1.0,
+                yarn: false,
+                attn_factor: 1.0,
+                original_context: u32::try_from(h.context).unwrap_or(u32::MAX),
+                freq_factors: None,
+            })),
             eps: h.eps,
             kq_scale: 1.0 / (h.head_dim as f32).sqrt(),
             vocab: h.vocab,
             context: h.context,
             special: file.special_tokens(),
-            f16_attention: false,
+            f16_attention: true,
             bytes,
         };
         Ok(Qwen3 {

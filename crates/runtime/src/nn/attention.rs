@@ -89,7 +89,7 @@ pub(crate) fn attend_f16(
     out.fill(0.0);
     for p in 0..count {
         let key = &keys[p * stride..p * stride + d];
-        let s = (kn.dot_f32)(q16, key) * scale;
+        let s = (kn.dot_f16)(q16, key) * scale;
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if s > m {
             let old = m;
@@ -100,10 +100,83 @@ pub(crate) fn attend_f16(
             vs = (s - m).exp();
         }
         (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs, simd);
-        sum = sum * ms + vs;
+        sum = sum.mul_add(ms, vs);
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     out.iter_mut().for_each(|a| *a *= inv);
+}
+
+/// Query rows from which llama.cpp's CPU flash attention takes its tiled path (`GGML_FA_TILE_Q`)
+/// — a prompt's forward of at least this many positions — and the keys per tile there
+/// (`GGML_FA_TILE_KV`, the same number).
+pub(crate) const FA_TILE: usize = 64;
+
+/// One query row (`q`, f32: the tiled path does not round it) over `count` positions whose
+/// keys and values (F16 valued) lie `stride` apart, by llama.cpp's tiled flash attention
+/// (`ggml_compute_forward_flash_attn_ext_tiled`, `docs/LLAMA-CPP.md` §6), which it runs for
+/// forwards of at least [`FA_TILE`] positions: keys in tiles of [`FA_TILE`] from position 0;
+/// per tile each score a sequential fused dot product times `scale`, the tile's maximum
+/// raising the running one (the accumulator and sum rescaled by libm's `exp(M_old − M)`),
+/// the weights ggml's vectorised `exp(s − M)` summed in sixteens into an f64 added to the f32
+/// sum, each value column a sequential fused sum over the tile; `out = acc · (1 / S)`.
+pub(crate) fn attend_tiled(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    count: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let (dk, dv) = (q.len(), out.len());
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    let mut p = [0.0f32; FA_TILE];
+    let mut ic = 0;
+    while ic < count {
+        let tile = (count - ic).min(FA_TILE);
+        for (tk, w) in p.iter_mut().enumerate() {
+            *w = if tk < tile {
+                let key = &keys[(ic + tk) * stride..(ic + tk) * stride + dk];
+                q.iter()
+                    .zip(key)
+                    .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a))
+                    * scale
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let tile_max = p
+            .iter()
+            .fold(f32::NEG_INFINITY, |a, &v| if a > v { a } else { v });
+        if tile_max != f32::NEG_INFINITY {
+            let m_new = m.max(tile_max);
+            if m_new > m {
+                let ms = (m - m_new).exp();
+                out.iter_mut().for_each(|a| *a *= ms);
+                sum *= ms;
+            }
+            m = m_new;
+            let mut tile_sum = 0.0f64;
+            for group in p.chunks_exact_mut(16) {
+                for w in group.iter_mut() {
+                    *w = dspark_quant::vector::ggml_expf(*w - m);
+                }
+                let lanes: [f32; 16] = std::array::from_fn(|i| group[i]);
+                tile_sum += f64::from(dspark_quant::lanes::hsum16(lanes));
+            }
+            sum = (f64::from(sum) + tile_sum) as f32;
+            for (j, a) in out.iter_mut().enumerate() {
+                for (tk, &w) in p.iter().enumerate().take(tile) {
+                    *a = w.mul_add(values[(ic + tk) * stride + j], *a);
+                }
+            }
+        }
+        ic += FA_TILE;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|a| *a *= inv);
+    let _ = dv;
 }
 
 /// How attention is computed from the cached keys and values (a session option of every

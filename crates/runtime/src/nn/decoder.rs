@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
 use crate::memory::try_zeroed;
-use crate::nn::attention::{attend_f16, attend_group, Attention, Span};
+use crate::nn::attention::{attend_f16, attend_group, attend_tiled, Attention, Span, FA_TILE};
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rotate_heads, Rotary};
@@ -279,7 +279,22 @@ impl<M: HasDecoder> Target for DecoderSession<M> {
             let (kc, vc) = (self.kv.keys(li), self.kv.values(li));
             let q = &q;
             let scale = d.kq_scale;
-            if f16 {
+            if f16 && n >= FA_TILE {
+                // A prompt's forward: llama.cpp's tiled flash attention.
+                attn.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
+                    let (t, head) = (i / dims.heads, i % dims.heads);
+                    let kvh = head / group;
+                    attend_tiled(
+                        &q[i * hd..(i + 1) * hd],
+                        &kc[kvh * hd..],
+                        &vc[kvh * hd..],
+                        kvd,
+                        p0 + t + 1,
+                        scale,
+                        out,
+                    );
+                });
+            } else if f16 {
                 attn.par_chunks_mut(hd).enumerate().for_each_init(
                     || vec![0.0f32; hd],
                     |q16, (i, out)| {

@@ -9,7 +9,7 @@ use dspark_contract::LayerRefs;
 use dspark_quant::gemm::{gemm, gemm_many, scratch_bytes};
 
 use crate::error::Result;
-use crate::nn::ops::{norm_rows, silu};
+use crate::nn::ops::{norm_rows, swiglu};
 use crate::weights::{vector, WeightRef};
 
 /// Sizes of a decoder layer.
@@ -238,8 +238,8 @@ impl DecoderLayer {
         }
         add_bias(&mut g, self.biases.gate.as_ref());
         add_bias(&mut up, self.biases.up.as_ref());
-        for (a, b) in g.iter_mut().zip(&up) {
-            *a = silu(*a) * b;
+        for (gt, ut) in g.chunks_exact_mut(d.ffn).zip(up.chunks_exact(d.ffn)) {
+            swiglu(gt, ut);
         }
         gemm(&self.down.matrix(bytes), &g, &mut down);
         add_bias(&mut down, self.biases.down.as_ref());

@@ -19,10 +19,13 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// `1 / sqrt(mean(x²) + eps)`, the sum in f64 in order: the scale [`rms_norm`] applies.
+/// `1 / sqrt(mean(x²) + eps)`, the scale [`rms_norm`] applies, as ggml's `rms_norm`
+/// computes it: each square rounded to f32, summed in f64 in order, the mean rounded to
+/// f32, then `eps` added, the square root and the reciprocal taken in f32.
 pub fn inv_rms(x: &[f32], eps: f32) -> f32 {
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32
+    let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (ss / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
 }
 
 /// The logistic sigmoid `1 / (1 + e^-x)` (ggml's `ggml_vec_sigmoid_f32`).
@@ -41,10 +44,17 @@ pub fn softplus(x: f32) -> f32 {
     }
 }
 
-/// SiLU: `x / (1 + e^-x)`.
+/// SiLU: `x / (1 + e^-x)`, with libm's exponential (the feed-forward blocks use
+/// [`swiglu`], ggml's vectorised arithmetic).
 #[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// `gate_i = silu(gate_i) · up_i` as llama.cpp's CPU backend computes it (the kernel of
+/// [`dspark_quant::vector::swiglu_ref`]).
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    (dspark_quant::kernels().swiglu)(gate, up);
 }
 
 /// Softmax in place; the maximum is subtracted first. An empty slice is left alone.

@@ -390,8 +390,11 @@ impl GgmlRope {
                 Pairing::Halves => (i, i + half),
             };
             let (x0, x1) = (x[a], x[b]);
-            x[a] = x0 * cs[0] - x1 * cs[1];
-            x[b] = x0 * cs[1] + x1 * cs[0];
+            // ggml's `x0·cos − x1·sin` and `x0·sin + x1·cos` as its x86 build computes
+            // them: the compiler fuses the first product into the add (one rounding
+            // less), the second is rounded on its own.
+            x[a] = x0.mul_add(cs[0], -(x1 * cs[1]));
+            x[b] = x0.mul_add(cs[1], x1 * cs[0]);
         }
     }
 }

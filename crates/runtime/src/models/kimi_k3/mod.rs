@@ -52,7 +52,7 @@ use crate::error::{Result, RuntimeError};
 use crate::memory::{try_zeroed, zeroed};
 use crate::nn::attention::attend_f16;
 pub use crate::nn::attention::Attention;
-use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, silu, softmax, softplus};
+use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, softmax, softplus, swiglu};
 use crate::target::{check_rollback, Forward, Logits, Target};
 use crate::weights::{vector, ModelBytes, ModelData, WeightRef};
 
@@ -939,6 +939,7 @@ fn kda_forward(
     let sf = d.step_floats();
     let mut steps = vec![0.0f32; n * sf];
     let mut q = vec![0.0f32; n * inner];
+    let ones = vec![1.0f32; inner];
     for t in 0..n {
         // Per channel Σ_τ w[τ][c] · x[t + τ][c], τ in order (one tap over every channel
         // at a time), then SiLU.
@@ -955,9 +956,8 @@ fn kda_forward(
                     *o += xv * wv;
                 }
             }
-            for o in dst.iter_mut() {
-                *o = silu(*o);
-            }
+            // ggml's `silu` row kernel: its arithmetic is SwiGLU's with an up of ones.
+            swiglu(dst, &ones);
         };
         let row = &mut steps[t * sf..(t + 1) * sf];
         let (k_out, rest) = row.split_at_mut(inner);
