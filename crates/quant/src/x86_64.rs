@@ -19,3 +19,18 @@ pub(crate) fn hsum_i32(v: __m256i) -> i32 {
     let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2));
     _mm_cvtsi128_si32(s1)
 }
+
+/// The f16 with bits `bits` as f32, by one F16C conversion (inlined into F16C kernels; the
+/// `half` crate's conversion checks the CPU on every call).
+#[target_feature(enable = "f16c")]
+#[inline]
+pub(crate) fn f16_to_f32(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// The little-endian f16 at byte `at` of `b` as f32 ([`f16_to_f32`]).
+#[target_feature(enable = "f16c")]
+#[inline]
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}

@@ -348,38 +348,54 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// as the reference.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; every column covers the row's runs (checked).
+/// The CPU must support AVX2, FMA and F16C; every column's scales, quants and (with a
+/// min) sums cover the row's runs ([`rows_lanes_avx2`] checks them).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn lanes_group<F: Avx2Runs, const G: usize>(
     row: &[u8],
-    x: &Columns<'_>,
-    first_col: usize,
+    cols: &[LaneCol; G],
     out: &mut [f32],
 ) {
     let nb = row.len() / F::BLOCK_BYTES;
-    let cols: [(&[f32], &[i8], &[f32]); G] = std::array::from_fn(|c| {
-        let (d, q) = x.q8(first_col + c);
-        (d, q, x.q8_sums(first_col + c))
-    });
-    for (d, q, s) in &cols {
-        assert!(d.len() >= nb * F::SUBS && q.len() >= nb * F::SUBS * RUN);
-        assert!(!F::HAS_MIN || s.len() >= nb);
-    }
+    let base = row.as_ptr();
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); G];
     let mut macc = [0.0f32; G];
-    for (b, block) in row.chunks_exact(F::BLOCK_BYTES).enumerate() {
-        let dw = F::scale(block);
+    let (mut dws, mut mws) = ([0.0f32; ROWS], [0.0f32; ROWS]);
+    for b in 0..nb {
+        // The matrix is streamed once: ask for the bytes 4 KiB ahead (a task's rows are
+        // contiguous, so this runs into the next rows), one cache line per 64 bytes.
+        let at = b * F::BLOCK_BYTES;
+        if at % 64 < F::BLOCK_BYTES {
+            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + 4096).cast());
+        }
+        if b % ROWS == 0 {
+            // The scales (and mins) of blocks b..b + 8 in one conversion; past the row's end
+            // the last block stands in (its lanes are never read).
+            let ps: [*const u8; ROWS] = std::array::from_fn(|k| {
+                // SAFETY: the index is clamped to the row's last block.
+                unsafe { base.add((b + k).min(nb - 1) * F::BLOCK_BYTES) }
+            });
+            // SAFETY: every pointer points at a whole block of the row.
+            let (d8, m8) = unsafe { F::scales8(&ps) };
+            // SAFETY: both arrays hold eight f32.
+            unsafe {
+                _mm256_storeu_ps(dws.as_mut_ptr(), d8);
+                _mm256_storeu_ps(mws.as_mut_ptr(), m8);
+            }
+        }
+        let dw = dws[b % ROWS];
         if F::HAS_MIN {
-            let m = F::min(block);
+            let m = mws[b % ROWS];
             for c in 0..G {
-                macc[c] = m.mul_add(cols[c].2[b], macc[c]);
+                // SAFETY: the columns cover nb blocks (the caller's guarantee).
+                macc[c] = m.mul_add(unsafe { *cols[c].s.add(b) }, macc[c]);
             }
         }
         for sub in 0..F::SUBS {
             let j = b * F::SUBS + sub;
-            // SAFETY: `block` is a whole block of the row.
-            let codes = unsafe { F::codes(block.as_ptr(), sub) };
+            // SAFETY: block b < nb is a whole block of the row.
+            let codes = unsafe { F::codes(base.add(b * F::BLOCK_BYTES), sub) };
             let signed = if F::SIGNED {
                 codes
             } else {
@@ -387,16 +403,21 @@ unsafe fn lanes_group<F: Avx2Runs, const G: usize>(
             };
             let mag = _mm256_sign_epi8(signed, signed);
             for c in 0..G {
-                let (d, q, _) = cols[c];
-                // SAFETY: run j's 32 quants lie inside the column (asserted above).
-                let qx = unsafe { _mm256_loadu_si256(q.as_ptr().add(j * RUN).cast()) };
+                // SAFETY: run j's scale and 32 quants lie inside the column (the caller's
+                // guarantee).
+                let (dx, qx) = unsafe {
+                    (
+                        *cols[c].d.add(j),
+                        _mm256_loadu_si256(cols[c].q.add(j * RUN).cast()),
+                    )
+                };
                 let pairs = if F::SIGNED || F::OFFSET != 0 {
                     _mm256_maddubs_epi16(mag, _mm256_sign_epi8(qx, signed))
                 } else {
                     _mm256_maddubs_epi16(codes, qx)
                 };
                 let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[j]), lanes, acc[c]);
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), lanes, acc[c]);
             }
         }
     }
@@ -406,9 +427,20 @@ unsafe fn lanes_group<F: Avx2Runs, const G: usize>(
     }
 }
 
+/// Columns sharing one pass of [`lanes_group`] over a row (a verify's eight in one).
+const LANE_GROUP: usize = 8;
+
+/// A column as [`lanes_group`] reads it: its run scales, quants and (Q8_1) block sums.
+#[derive(Clone, Copy)]
+struct LaneCol {
+    d: *const f32,
+    q: *const i8,
+    s: *const f32,
+}
+
 /// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
-/// into `out`, columns in groups of up to [`GROUP`]; a column's bits never depend on its
-/// group.
+/// into `out`, columns in groups of up to [`LANE_GROUP`]; a column's bits never depend on
+/// its group.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -420,19 +452,40 @@ pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
     out: &mut [f32],
 ) {
     let n = x.count();
+    let nb = w.cols / RUN / F::SUBS;
+    let cols: Vec<LaneCol> = (0..n)
+        .map(|c| {
+            let (d, q) = x.q8(c);
+            let s = x.q8_sums(c);
+            assert!(d.len() >= nb * F::SUBS && q.len() >= nb * F::SUBS * RUN);
+            assert!(!F::HAS_MIN || s.len() >= nb);
+            LaneCol {
+                d: d.as_ptr(),
+                q: q.as_ptr(),
+                s: s.as_ptr(),
+            }
+        })
+        .collect();
     for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first + i);
+        assert_eq!(row.len(), nb * F::BLOCK_BYTES);
         let mut done = 0;
         while done < n {
-            let g = group_size(n, done, GROUP);
+            let g = group_size(n, done, LANE_GROUP);
             let o = &mut row_out[done..done + g];
-            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+            let c = |k: usize| cols[done + k];
+            // SAFETY: the features are this function's; the columns cover nb blocks
+            // (asserted above) and the row is nb whole blocks.
             unsafe {
                 match g {
-                    4 => lanes_group::<F, 4>(row, x, done, o),
-                    3 => lanes_group::<F, 3>(row, x, done, o),
-                    2 => lanes_group::<F, 2>(row, x, done, o),
-                    _ => lanes_group::<F, 1>(row, x, done, o),
+                    8 => lanes_group::<F, 8>(row, &std::array::from_fn(c), o),
+                    7 => lanes_group::<F, 7>(row, &std::array::from_fn(c), o),
+                    6 => lanes_group::<F, 6>(row, &std::array::from_fn(c), o),
+                    5 => lanes_group::<F, 5>(row, &std::array::from_fn(c), o),
+                    4 => lanes_group::<F, 4>(row, &[c(0), c(1), c(2), c(3)], o),
+                    3 => lanes_group::<F, 3>(row, &[c(0), c(1), c(2)], o),
+                    2 => lanes_group::<F, 2>(row, &[c(0), c(1)], o),
+                    _ => lanes_group::<F, 1>(row, &[c(0)], o),
                 }
             }
             done += g;

@@ -11,8 +11,9 @@ use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, D, DMIN, QH, QS, SCALES};
 use crate::columns::Columns;
-use crate::kquant::{f16_at, min_sum, scales_mins_k4, QK_K};
+use crate::kquant::{min_sum, scales_mins_k4, QK_K};
 use crate::matrix::{group_size, Matrix};
+use crate::x86_64::f16_at;
 
 /// Columns sharing one pass over a row.
 const GROUP: usize = 4;
@@ -38,6 +39,10 @@ unsafe fn group<const G: usize>(row: &[u8], x: &Columns<'_>, first: usize, out: 
     let mut summs = [0.0f32; G];
     for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
         let p = b.as_ptr();
+        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
+        for line in 0..BLOCK_BYTES.div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
+        }
         let (sc, m) = scales_mins_k4(&b[SCALES..QH]);
         // SAFETY: the block is 176 bytes: qh at QH..QH + 32, qs at QS..QS + 128.
         let hbits = unsafe { _mm256_loadu_si256(p.add(QH).cast()) };

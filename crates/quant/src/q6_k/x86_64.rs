@@ -12,8 +12,9 @@ use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, D, QH, SCALES};
 use crate::columns::Columns;
-use crate::kquant::{f16_at, QK_K};
+use crate::kquant::QK_K;
 use crate::matrix::{group_size, Matrix};
+use crate::x86_64::f16_at;
 
 /// Columns sharing one pass over a row.
 const GROUP: usize = 4;
@@ -48,6 +49,10 @@ unsafe fn group<const G: usize>(row: &[u8], x: &Columns<'_>, first: usize, out: 
     let mut acc = [_mm256_setzero_ps(); G];
     for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
         let p = b.as_ptr();
+        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
+        for line in 0..BLOCK_BYTES.div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
+        }
         let sc: [i8; 16] = std::array::from_fn(|t| b[SCALES + t] as i8);
         // The eight runs of 32 unsigned quants, in value order.
         let mut runs = [_mm256_setzero_si256(); 8];

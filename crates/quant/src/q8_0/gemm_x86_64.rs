@@ -14,8 +14,6 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
-
 use super::{BLOCK_BYTES, QK8_0};
 use crate::columns::Columns;
 use crate::matrix::{group_size, Matrix};
@@ -54,7 +52,7 @@ unsafe fn q8_group<const G: usize>(row: &[u8], d: [&[f32]; G], q: [&[i8]; G], ou
                 _mm256_loadu_si256(w.add(b * BLOCK_BYTES + 2).cast()),
             )
         };
-        let dw = f16::from_bits(u16::from_le(bits)).to_f32();
+        let dw = crate::x86_64::f16_to_f32(u16::from_le(bits));
         let aw = _mm256_sign_epi8(qw, qw);
         for c in 0..G {
             // SAFETY: each column holds nb scales and nb·32 quants (asserted above).
@@ -87,14 +85,15 @@ pub(crate) unsafe fn rows_q8_0_avx2(
     out: &mut [f32],
 ) {
     let n = x.count();
+    let cols: Vec<(&[f32], &[i8])> = (0..n).map(|c| x.q8(c)).collect();
     for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first + i);
         let mut done = 0;
         while done < n {
             let g = group_size(n, done, GROUP);
             let o = &mut row_out[done..done + g];
-            let d = |c: usize| x.q8(done + c).0;
-            let q = |c: usize| x.q8(done + c).1;
+            let d = |c: usize| cols[done + c].0;
+            let q = |c: usize| cols[done + c].1;
             // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
             unsafe {
                 match g {
