@@ -10,7 +10,8 @@
 //          "logits":[[V floats] per prompt position], "argmax":[...], "generated":[...],
 //          "gen_top":[[[id, logit] x K] per generated token]}
 // --gen-top K keeps the K largest logits of every greedy step; --no-logits leaves out
-// "logits" (the prompt's full rows).
+// "logits" (the prompt's full rows) and asks libllama for the last prompt row only, as
+// llama-completion does ("argmax" then holds that one row's).
 #include "llama.h"
 #include "ggml.h"
 
@@ -259,12 +260,16 @@ int main(int argc, char ** argv) {
             batch.pos[j]       = pos + j;
             batch.n_seq_id[j]  = 1;
             batch.seq_id[j][0] = 0;
-            batch.logits[j]    = 1;
+            // With --no-logits only the last prompt position's row is asked for, as
+            // llama-completion asks: the LM head then multiplies one column (its 1-column
+            // kernel), not the whole prompt (kernels for many columns sum differently).
+            batch.logits[j]    = (!no_logits || pos + j == n_prompt - 1) ? 1 : 0;
         }
         int rc = llama_decode(ctx, batch);
         if (rc != 0) { fprintf(stderr, "llama_decode failed rc=%d at pos %d (chunk %d)\n", rc, pos, c); return 1; }
         if (g_dump_on) { g_dump_on = false; fclose(g_dump_index); }
         for (int j = 0; j < c; ++j) {
+            if (!batch.logits[j]) { continue; }
             const float * l = llama_get_logits_ith(ctx, j);
             if (!l) { fprintf(stderr, "no logits for %d\n", j); return 1; }
             logits.emplace_back(l, l + n_vocab);
@@ -324,7 +329,8 @@ int main(int argc, char ** argv) {
     fprintf(f, "], \"tokens\": [");
     for (int i = 0; i < n_prompt; ++i) fprintf(f, "%s%d", i ? ", " : "", tokens[i]);
     fprintf(f, "],\n\"argmax\": [");
-    for (int i = 0; i < n_prompt; ++i) fprintf(f, "%s%d", i ? ", " : "", argmax(logits[i].data(), n_vocab));
+    // (with --no-logits only the last position's row exists)
+    for (size_t i = 0; i < logits.size(); ++i) fprintf(f, "%s%d", i ? ", " : "", argmax(logits[i].data(), n_vocab));
     fprintf(f, "]");
     if (n_greedy > 0) {
         fprintf(f, ",\n\"generated\": [");
