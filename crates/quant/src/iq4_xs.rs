@@ -11,24 +11,21 @@
 //! in `ggml-quants.c`): `ls = (low | high << 4) − 32` (−32..31), `dl = d · ls` in f32,
 //! `y = dl · kvalue` in f32.
 //!
-//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`). The dot product
-//! ([`Iq4Xs::dot_ref`]) is a [`crate::superblock`] sum: per superblock the exact integer
-//! `isum = Σ_ib ls_ib · Σ_j w_j · q_j` (each product as the kernels' `vpsignb` trick makes
-//! it, [`crate::superblock::signed_mul`]), then `acc = fma(d_w · d_x, isum, acc)` in block
-//! order. ggml's x86 kernel (`ggml_vec_dot_iq4_xs_q8_K`, `ggml-cpu/arch/x86/quants.c`)
-//! computes the same integers (`vpshufb` lookup, `vpmaddubsw`, `vpmaddwd` by the scale) and
-//! sums the float terms in eight lanes; llama.cpp does not repack IQ4_XS.
+//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`), in the order of
+//! ggml's x86 kernel (`ggml_vec_dot_iq4_xs_q8_K`, `ggml-cpu/arch/x86/quants.c`; llama.cpp
+//! does not re-lay IQ4_XS): per superblock eight exact integer lanes (`vpshufb` lookup,
+//! `vpsignb` trick — [`crate::superblock::signed_mul`] —, `vpmaddubsw`, `vpmaddwd` by the
+//! sub-block scale), each fused with `d_w · d_x` into its own accumulator, the eight
+//! reduced at the end ([`Iq4Xs::dot_ref`]).
 //!
-//! Kernels (`iq4_xs/x86_64.rs`): AVX2 (`vpshufb` lookup of the nibbles, sign trick, scale
-//! applied by `vpmaddwd`), AVX-512 (64 values per register, the sign by a masked
-//! subtraction, `vpdpwssd`), up to eight columns per pass over a row.
+//! Kernel (`iq4_xs/x86_64.rs`): AVX2, a row at a time, up to four columns per pass.
 
 use dspark_gguf::GgmlType;
 
 use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
-use crate::superblock::{self, f16_at, signed_mul, QK_K};
+use crate::superblock::{f16_at, signed_mul, QK_K};
 
 /// Bytes per superblock.
 pub const BLOCK_BYTES: usize = 136;
@@ -89,17 +86,22 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Superblock `blk`'s exact integer sum with Q8_K quants `q` (256):
-/// `Σ_ib ls_ib · Σ_j w_j · q_j`.
-fn isum(blk: &[u8], q: &[i8]) -> i32 {
-    (0..8)
-        .map(|ib| {
-            let s: i32 = (0..32)
+/// Superblock `blk`'s eight integer lanes with Q8_K quants `q` (256), as ggml's AVX2
+/// kernel forms them: lane `l` holds `Σ_ib ls_ib · Σ w_j · q_j` over the values `j` at
+/// positions `4l..4l + 4` of each sub-block of 32 (products as
+/// [`crate::superblock::signed_mul`]). Exact.
+pub(crate) fn block_lanes(blk: &[u8], q: &[i8]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for ib in 0..8 {
+        let ls = sub_scale(blk, ib);
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let s: i32 = (4 * l..4 * l + 4)
                 .map(|j| signed_mul(value(blk, ib, j), q[32 * ib + j]))
                 .sum();
-            sub_scale(blk, ib) * s
-        })
-        .sum()
+            *lane += ls * s;
+        }
+    }
+    lanes
 }
 
 /// The IQ4_XS format.
@@ -114,40 +116,30 @@ impl BlockFormat for Iq4Xs {
         dequantize_ref(q, y)
     }
 
-    /// Per superblock the exact `Σ_ib ls_ib · Σ_j w_j · q_j` (products as
-    /// [`crate::superblock::signed_mul`]), then `acc = fma(d_w · d_x, isum, acc)` in
-    /// block order from 0 ([`crate::superblock`]).
+    /// In ggml's x86 order (`vec_dot_iq4_xs_q8_K`, its AVX2 path; llama.cpp does not
+    /// re-lay IQ4_XS): per superblock the eight lanes of `block_lanes`, each fused with
+    /// `d_w · d_x` into its own accumulator; the lanes reduced by [`crate::lanes::hsum8`].
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (dx, qx) = x.q8(c);
-        let blk = |b: usize| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-        superblock::dot(
-            row.len() / BLOCK_BYTES,
-            |b| f16_at(blk(b), 0),
-            dx,
-            |b| isum(blk(b), &qx[b * QK_K..(b + 1) * QK_K]),
-            1.0,
-        )
+        let mut acc = [0.0f32; 8];
+        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            let lanes = block_lanes(blk, &qx[b * QK_K..(b + 1) * QK_K]);
+            let d = f16_at(blk, 0) * dx[b];
+            for (a, &v) in acc.iter_mut().zip(&lanes) {
+                *a = d.mul_add(v as f32, *a);
+            }
+        }
+        crate::lanes::hsum8(acc)
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Iq4Xs>();
         #[cfg(target_arch = "x86_64")]
-        {
-            use crate::cpu::Isa;
-            use crate::superblock::x86_64::{rows_avx2, rows_avx512};
-            if cpu.has_avx2() {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { rows_avx2::<x86_64::Avx2>(w, first, x, out) }
-                };
-            }
-            if cpu.isa() == Isa::Avx512Vnni {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and
-                    // VNNI and the AVX2 set.
-                    unsafe { rows_avx512::<x86_64::Avx512>(w, first, x, out) }
-                };
-            }
+        if cpu.has_avx2() {
+            k.rows = |w, first, x, out| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { x86_64::rows_lanes_avx2(w, first, x, out) }
+            };
         }
         let _ = cpu;
         k
