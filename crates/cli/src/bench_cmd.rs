@@ -60,7 +60,7 @@ pub struct BenchArgs {
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
-    /// How attention is computed (llama targets and Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
+    /// How attention is computed (llama and qwen3 targets, Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
     /// flash attention) or `f32` (see `generate --help`).
     #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
     pub attention: dspark_runtime::Attention,

@@ -52,7 +52,7 @@ pub struct EvalArgs {
     /// Stop at the target's end-of-sequence token (default: generate --max-tokens each).
     #[arg(long)]
     pub stop_at_eos: bool,
-    /// How attention is computed (llama targets and Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
+    /// How attention is computed (llama and qwen3 targets, Kimi K3's MLA layers): `f16` (the default, as llama.cpp's CPU
     /// flash attention) or `f32` (see `generate --help`).
     #[arg(long, default_value = "f16", value_parser = crate::generate_cmd::parse_attention)]
     pub attention: dspark_runtime::Attention,

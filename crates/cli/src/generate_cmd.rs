@@ -85,7 +85,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "auto", value_parser = parse_rollback)]
     pub rollback: RollbackChoice,
     /// How attention is computed (targets that follow llama.cpp's flash attention: llama,
-    /// and Kimi K3's MLA layers; others compute in f32): `f16` (the default) as llama.cpp's CPU
+    /// qwen3, and Kimi K3's MLA layers; others compute in f32): `f16` (the default) as llama.cpp's CPU
     /// flash attention does by default (keys, values, queries and the value accumulator
     /// in F16), so greedy tokens follow llama.cpp's default runs; `f32` in f32 throughout
     /// (closer to exact; follows `llama.cpp -fa off` with an F32 cache).

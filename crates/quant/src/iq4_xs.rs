@@ -121,15 +121,12 @@ impl BlockFormat for Iq4Xs {
     /// `d_w · d_x` into its own accumulator; the lanes reduced by [`crate::lanes::hsum8`].
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (dx, qx) = x.q8(c);
-        let mut acc = [0.0f32; 8];
+        let mut acc = crate::lanes::LaneAcc::default();
         for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
             let lanes = block_lanes(blk, &qx[b * QK_K..(b + 1) * QK_K]);
-            let d = f16_at(blk, 0) * dx[b];
-            for (a, &v) in acc.iter_mut().zip(&lanes) {
-                *a = d.mul_add(v as f32, *a);
-            }
+            acc.add(f16_at(blk, 0) * dx[b], &lanes);
         }
-        crate::lanes::hsum8(acc)
+        acc.sum()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

@@ -140,16 +140,16 @@ pub fn lane_sums<L: Lattice>(block: &[u8], x: &[i8]) -> [i32; 8] {
 pub fn dot_ref<L: Lattice>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
     let (xd, xq) = x.q8(c);
     let nb = row.len() / L::BLOCK_BYTES;
-    let mut acc = [0.0f32; 8];
+    let mut acc = crate::lanes::LaneAcc::default();
     for b in 0..nb {
         let wb = &row[b * L::BLOCK_BYTES..(b + 1) * L::BLOCK_BYTES];
         let lanes = lane_sums::<L>(wb, &xq[b * QK_K..(b + 1) * QK_K]);
-        let scale = f16_bits_to_f32(u16::from_le_bytes([wb[0], wb[1]])) * xd[b];
-        for (a, &l) in acc.iter_mut().zip(&lanes) {
-            *a = scale.mul_add(l as f32, *a);
-        }
+        acc.add(
+            f16_bits_to_f32(u16::from_le_bytes([wb[0], wb[1]])) * xd[b],
+            &lanes,
+        );
     }
-    crate::lanes::hsum8(acc) * L::FACTOR
+    acc.sum() * L::FACTOR
 }
 
 /// The kernel-table row of lattice format `F` for `cpu`: the references, with the x86

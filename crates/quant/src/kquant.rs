@@ -20,7 +20,7 @@
 //! instructions like; the float steps are per super-block and sequential, so a kernel
 //! gives the reference's bits whether it keeps a row in a scalar or in a vector lane
 //! beside other rows. Q5_K and Q6_K sum instead in ggml's `vec_dot` lane order
-//! (`LaneAcc`), as llama.cpp does for them on x86. The order above is llama.cpp's x86
+//! (`lanes::LaneAcc`), as llama.cpp does for them on x86. The order above is llama.cpp's x86
 //! repacked Q4_K kernel
 //! (`ggml_gemv_q4_K_8x8_q8_K`, `ggml-cpu/arch/x86/repack.cpp`: two accumulators per row,
 //! `iacc · (d · d_x)` and `iacc_min · (dmin · d_x)` fused per super-block, subtracted at
@@ -103,39 +103,6 @@ impl SuperAcc {
     #[inline(always)]
     pub(crate) fn plain(self) -> f32 {
         self.acc
-    }
-}
-
-/// The float steps of ggml's x86 `vec_dot` for the k-quants it does not re-lay (Q5_K,
-/// Q6_K): per super-block, eight exact integer lanes fused into eight accumulators with the
-/// block's scale product (`acc_l = fma(d, lane_l, acc_l)`), the mins' products fused into
-/// one scalar (`summs = fma(dmin, msum, summs)`, `dmin` already negated); the result is
-/// [`crate::lanes::hsum8`] of the accumulators plus `summs`.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct LaneAcc {
-    acc: [f32; 8],
-    summs: f32,
-}
-
-impl LaneAcc {
-    /// Adds a super-block's lanes scaled by `d`.
-    #[inline(always)]
-    pub(crate) fn add(&mut self, d: f32, lanes: &[i32; 8]) {
-        for (a, &v) in self.acc.iter_mut().zip(lanes) {
-            *a = d.mul_add(v as f32, *a);
-        }
-    }
-
-    /// Adds a super-block's min sum scaled by `dmin`.
-    #[inline(always)]
-    pub(crate) fn add_min(&mut self, dmin: f32, msum: i32) {
-        self.summs = dmin.mul_add(msum as f32, self.summs);
-    }
-
-    /// `hsum8(acc) + summs`.
-    #[inline(always)]
-    pub(crate) fn finish(self) -> f32 {
-        crate::lanes::hsum8(self.acc) + self.summs
     }
 }
 

@@ -18,6 +18,44 @@ pub fn hsum16(v: [f32; 16]) -> f32 {
     hsum8(std::array::from_fn(|i| v[i] + v[i + 8]))
 }
 
+/// The float steps of ggml's x86 `vec_dot` (and the formats that follow it): per block or
+/// superblock eight exact integer lanes, each fused with the block's scale product into its
+/// own accumulator (`acc_l = fma(d, lane_l, acc_l)`), reduced by [`hsum8`] at the end;
+/// formats with mins also fuse `m · s` products into one scalar, added last.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LaneAcc {
+    acc: [f32; 8],
+    summs: f32,
+}
+
+impl LaneAcc {
+    /// Adds one block's lanes scaled by `d`.
+    #[inline(always)]
+    pub(crate) fn add(&mut self, d: f32, lanes: &[i32; 8]) {
+        for (a, &v) in self.acc.iter_mut().zip(lanes) {
+            *a = d.mul_add(v as f32, *a);
+        }
+    }
+
+    /// Adds one min product, `summs = fma(m, s, summs)`.
+    #[inline(always)]
+    pub(crate) fn add_min(&mut self, m: f32, s: f32) {
+        self.summs = m.mul_add(s, self.summs);
+    }
+
+    /// `hsum8(acc)` (formats without mins).
+    #[inline(always)]
+    pub(crate) fn sum(self) -> f32 {
+        hsum8(self.acc)
+    }
+
+    /// `hsum8(acc) + summs` (formats with mins).
+    #[inline(always)]
+    pub(crate) fn sum_with_mins(self) -> f32 {
+        hsum8(self.acc) + self.summs
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     #[test]

@@ -105,29 +105,25 @@ pub(crate) fn dot_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
 pub(crate) fn dot_lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
     let (xd, xq) = x.q8(c);
     let xs = x.q8_sums(c);
-    let mut acc = [0.0f32; 8];
-    let mut macc = 0.0f32;
+    let mut acc = crate::lanes::LaneAcc::default();
     for (b, block) in row.chunks_exact(F::BLOCK_BYTES).enumerate() {
         let d = F::scale(block);
         if F::HAS_MIN {
-            macc = F::min(block).mul_add(xs[b], macc);
+            acc.add_min(F::min(block), xs[b]);
         }
         for sub in 0..F::SUBS {
             let j = b * F::SUBS + sub;
             let q = &xq[j * RUN..(j + 1) * RUN];
             let v = F::values(block, sub);
-            let scale = d * xd[j];
-            for (l, a) in acc.iter_mut().enumerate() {
-                let isum: i32 = (4 * l..4 * l + 4).map(|i| v[i] * i32::from(q[i])).sum();
-                *a = scale.mul_add(isum as f32, *a);
-            }
+            let lanes: [i32; 8] =
+                std::array::from_fn(|l| (4 * l..4 * l + 4).map(|i| v[i] * i32::from(q[i])).sum());
+            acc.add(d * xd[j], &lanes);
         }
     }
-    let sum = crate::lanes::hsum8(acc);
     if F::HAS_MIN {
-        sum + macc
+        acc.sum_with_mins()
     } else {
-        sum
+        acc.sum()
     }
 }
 

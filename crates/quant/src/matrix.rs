@@ -165,6 +165,25 @@ pub fn group_size(n: usize, done: usize, max: usize) -> usize {
     }
 }
 
+/// Walks `out` (rows × `n` columns, row-major) by row and by column group ([`group_size`]
+/// with at most `max`), calling `f(row, first_column, group_out)`: the driver loop of the
+/// kernels that share one pass over a row among several columns.
+pub fn for_each_group(
+    out: &mut [f32],
+    n: usize,
+    max: usize,
+    mut f: impl FnMut(usize, usize, &mut [f32]),
+) {
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        let mut done = 0;
+        while done < n {
+            let g = group_size(n, done, max);
+            f(i, done, &mut row_out[done..done + g]);
+            done += g;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::group_size;

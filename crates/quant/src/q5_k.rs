@@ -13,7 +13,7 @@
 //!
 //! **Dot** (`vec_dot_type` Q8_K), in ggml's x86 order (llama.cpp does not re-lay Q5_K on
 //! x86): eight integer lanes per super-block (`block_lanes`) and a min sum, with
-//! `kquant::LaneAcc`'s float steps.
+//! `lanes::LaneAcc`'s float steps.
 //!
 //! **Kernel** (`q5_k/x86_64.rs`): AVX2, a row at a time, weights shared by up to four
 //! columns; `dot_ref`'s bits.
@@ -23,7 +23,8 @@ use dspark_gguf::GgmlType;
 use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
-use crate::kquant::{f16_at, min_sum, scales_mins_k4, LaneAcc, K_SCALE_SIZE, QK_K};
+use crate::kquant::{f16_at, min_sum, scales_mins_k4, K_SCALE_SIZE, QK_K};
+use crate::lanes::LaneAcc;
 
 /// Bytes per super-block.
 pub const BLOCK_BYTES: usize = 176;
@@ -115,9 +116,9 @@ impl BlockFormat for Q5K {
             let (lanes, msum) =
                 block_lanes(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
             acc.add(xd[i] * f16_at(b, D), &lanes);
-            acc.add_min(-(xd[i] * f16_at(b, DMIN)), msum);
+            acc.add_min(-(xd[i] * f16_at(b, DMIN)), msum as f32);
         }
-        acc.finish()
+        acc.sum_with_mins()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

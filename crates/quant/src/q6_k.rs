@@ -99,19 +99,16 @@ impl BlockFormat for Q6K {
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);
         let bsums = x.q8_bsums(c);
-        let mut acc = [0.0f32; 8];
+        let mut acc = crate::lanes::LaneAcc::default();
         for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
             let lanes = block_lanes(
                 b,
                 &xq[i * QK_K..(i + 1) * QK_K],
                 &bsums[i * 16..i * 16 + 16],
             );
-            let d = xd[i] * f16_at(b, D);
-            for (a, &v) in acc.iter_mut().zip(&lanes) {
-                *a = d.mul_add(v as f32, *a);
-            }
+            acc.add(xd[i] * f16_at(b, D), &lanes);
         }
-        crate::lanes::hsum8(acc)
+        acc.sum()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

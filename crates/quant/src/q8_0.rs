@@ -167,17 +167,16 @@ impl BlockFormat for Q8_0 {
     /// [`crate::lanes::hsum8`].
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);
-        let mut acc = [0.0f32; 8];
+        let mut acc = crate::lanes::LaneAcc::default();
         for (b, wb) in row.chunks_exact(BLOCK_BYTES).enumerate() {
             let dw = f16::from_bits(u16::from_le_bytes([wb[0], wb[1]])).to_f32();
-            let scale = dw * xd[b];
             let xb = &xq[b * QK8_0..(b + 1) * QK8_0];
-            for (l, a) in acc.iter_mut().enumerate() {
-                let isum = block_isum(&wb[2 + 4 * l..6 + 4 * l], &xb[4 * l..4 * l + 4]);
-                *a = scale.mul_add(isum as f32, *a);
-            }
+            let lanes: [i32; 8] = std::array::from_fn(|l| {
+                block_isum(&wb[2 + 4 * l..6 + 4 * l], &xb[4 * l..4 * l + 4])
+            });
+            acc.add(dw * xd[b], &lanes);
         }
-        crate::lanes::hsum8(acc)
+        acc.sum()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

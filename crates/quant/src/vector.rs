@@ -149,7 +149,7 @@ pub fn ggml_expf(x: f32) -> f32 {
 /// `j · 2^n` rounded once, for `|n| ≤ 192` an integer (what AVX-512's `scalef` gives): two
 /// exact powers of two, the first product exact because `j` is near 1.
 #[inline]
-pub(crate) fn scale_pow2(j: f32, n: f32) -> f32 {
+fn scale_pow2(j: f32, n: f32) -> f32 {
     if n.is_nan() || j.is_nan() {
         return j + n;
     }

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::{sub_scale, BLOCK_BYTES, KVALUES_IQ4NL};
 use crate::columns::Columns;
-use crate::matrix::{group_size, Matrix};
+use crate::matrix::{for_each_group, Matrix};
 use crate::superblock::QK_K;
 use crate::x86_64::f16_at;
 
@@ -82,23 +82,17 @@ pub(crate) unsafe fn rows_lanes_avx2(
 ) {
     let n = x.count();
     let cols: Vec<(&[f32], &[i8])> = (0..n).map(|c| x.q8(c)).collect();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+    for_each_group(out, n, GROUP, |i, done, o| {
         let row = w.row(first + i);
-        let mut done = 0;
-        while done < n {
-            let g = group_size(n, done, GROUP);
-            let o = &mut row_out[done..done + g];
-            let c = |k: usize| cols[done + k];
-            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-            unsafe {
-                match g {
-                    4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
-                    3 => group::<3>(row, [c(0), c(1), c(2)], o),
-                    2 => group::<2>(row, [c(0), c(1)], o),
-                    _ => group::<1>(row, [c(0)], o),
-                }
+        let c = |k: usize| cols[done + k];
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        unsafe {
+            match o.len() {
+                4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
+                3 => group::<3>(row, [c(0), c(1), c(2)], o),
+                2 => group::<2>(row, [c(0), c(1)], o),
+                _ => group::<1>(row, [c(0)], o),
             }
-            done += g;
         }
-    }
+    });
 }

@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 
 use super::{Runs32, RUN};
 use crate::columns::Columns;
-use crate::matrix::{group_size, Matrix};
+use crate::matrix::{for_each_group, group_size, Matrix};
 
 /// Rows per pass (the lanes of an AVX2 register).
 pub(crate) const ROWS: usize = 8;
@@ -466,29 +466,23 @@ pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
             }
         })
         .collect();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+    for_each_group(out, n, LANE_GROUP, |i, done, o| {
         let row = w.row(first + i);
         assert_eq!(row.len(), nb * F::BLOCK_BYTES);
-        let mut done = 0;
-        while done < n {
-            let g = group_size(n, done, LANE_GROUP);
-            let o = &mut row_out[done..done + g];
-            let c = |k: usize| cols[done + k];
-            // SAFETY: the features are this function's; the columns cover nb blocks
-            // (asserted above) and the row is nb whole blocks.
-            unsafe {
-                match g {
-                    8 => lanes_group::<F, 8>(row, &std::array::from_fn(c), o),
-                    7 => lanes_group::<F, 7>(row, &std::array::from_fn(c), o),
-                    6 => lanes_group::<F, 6>(row, &std::array::from_fn(c), o),
-                    5 => lanes_group::<F, 5>(row, &std::array::from_fn(c), o),
-                    4 => lanes_group::<F, 4>(row, &[c(0), c(1), c(2), c(3)], o),
-                    3 => lanes_group::<F, 3>(row, &[c(0), c(1), c(2)], o),
-                    2 => lanes_group::<F, 2>(row, &[c(0), c(1)], o),
-                    _ => lanes_group::<F, 1>(row, &[c(0)], o),
-                }
+        let c = |k: usize| cols[done + k];
+        // SAFETY: the features are this function's; the columns cover nb blocks (asserted
+        // above) and the row is nb whole blocks.
+        unsafe {
+            match o.len() {
+                8 => lanes_group::<F, 8>(row, &std::array::from_fn(c), o),
+                7 => lanes_group::<F, 7>(row, &std::array::from_fn(c), o),
+                6 => lanes_group::<F, 6>(row, &std::array::from_fn(c), o),
+                5 => lanes_group::<F, 5>(row, &std::array::from_fn(c), o),
+                4 => lanes_group::<F, 4>(row, &[c(0), c(1), c(2), c(3)], o),
+                3 => lanes_group::<F, 3>(row, &[c(0), c(1), c(2)], o),
+                2 => lanes_group::<F, 2>(row, &[c(0), c(1)], o),
+                _ => lanes_group::<F, 1>(row, &[c(0)], o),
             }
-            done += g;
         }
-    }
+    });
 }

@@ -13,8 +13,11 @@ use std::arch::x86_64::*;
 use super::{BLOCK_BYTES, D, QH, SCALES};
 use crate::columns::Columns;
 use crate::kquant::QK_K;
-use crate::matrix::{group_size, Matrix};
+use crate::matrix::{for_each_group, Matrix};
 use crate::x86_64::f16_at;
+
+/// A column's superblock scales, quants and Q8_K sums of sixteen.
+type KCol<'c> = (&'c [f32], &'c [i8], &'c [i16]);
 
 /// Columns sharing one pass over a row.
 const GROUP: usize = 4;
@@ -35,12 +38,8 @@ fn run_scales(sc: &[i8; 16], r: usize) -> __m256i {
 /// The CPU must support AVX2, FMA and F16C; every column covers the row's super-blocks
 /// (checked).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const G: usize>(row: &[u8], x: &Columns<'_>, first: usize, out: &mut [f32]) {
+unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]) {
     let nb = row.len() / BLOCK_BYTES;
-    let cols: [(&[f32], &[i8], &[i16]); G] = std::array::from_fn(|c| {
-        let (d, q) = x.q8(first + c);
-        (d, q, x.q8_bsums(first + c))
-    });
     for (d, q, s) in &cols {
         assert!(d.len() >= nb && q.len() >= nb * QK_K && s.len() >= nb * 16);
     }
@@ -121,22 +120,23 @@ pub(crate) unsafe fn rows_lanes_avx2(
     out: &mut [f32],
 ) {
     let n = x.count();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+    let cols: Vec<KCol<'_>> = (0..n)
+        .map(|c| {
+            let (d, q) = x.q8(c);
+            (d, q, x.q8_bsums(c))
+        })
+        .collect();
+    for_each_group(out, n, GROUP, |i, done, o| {
         let row = w.row(first + i);
-        let mut done = 0;
-        while done < n {
-            let g = group_size(n, done, GROUP);
-            let o = &mut row_out[done..done + g];
-            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-            unsafe {
-                match g {
-                    4 => group::<4>(row, x, done, o),
-                    3 => group::<3>(row, x, done, o),
-                    2 => group::<2>(row, x, done, o),
-                    _ => group::<1>(row, x, done, o),
-                }
+        let c = |k: usize| cols[done + k];
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        unsafe {
+            match o.len() {
+                4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
+                3 => group::<3>(row, [c(0), c(1), c(2)], o),
+                2 => group::<2>(row, [c(0), c(1)], o),
+                _ => group::<1>(row, [c(0)], o),
             }
-            done += g;
         }
-    }
+    });
 }

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, QK8_0};
 use crate::columns::Columns;
-use crate::matrix::{group_size, Matrix};
+use crate::matrix::{for_each_group, Matrix};
 use crate::plain::x86_64::GROUP;
 use crate::x86_64::hsum;
 
@@ -86,24 +86,18 @@ pub(crate) unsafe fn rows_q8_0_avx2(
 ) {
     let n = x.count();
     let cols: Vec<(&[f32], &[i8])> = (0..n).map(|c| x.q8(c)).collect();
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+    for_each_group(out, n, GROUP, |i, done, o| {
         let row = w.row(first + i);
-        let mut done = 0;
-        while done < n {
-            let g = group_size(n, done, GROUP);
-            let o = &mut row_out[done..done + g];
-            let d = |c: usize| cols[done + c].0;
-            let q = |c: usize| cols[done + c].1;
-            // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-            unsafe {
-                match g {
-                    4 => q8_group::<4>(row, [d(0), d(1), d(2), d(3)], [q(0), q(1), q(2), q(3)], o),
-                    3 => q8_group::<3>(row, [d(0), d(1), d(2)], [q(0), q(1), q(2)], o),
-                    2 => q8_group::<2>(row, [d(0), d(1)], [q(0), q(1)], o),
-                    _ => q8_group::<1>(row, [d(0)], [q(0)], o),
-                }
+        let d = |c: usize| cols[done + c].0;
+        let q = |c: usize| cols[done + c].1;
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        unsafe {
+            match o.len() {
+                4 => q8_group::<4>(row, [d(0), d(1), d(2), d(3)], [q(0), q(1), q(2), q(3)], o),
+                3 => q8_group::<3>(row, [d(0), d(1), d(2)], [q(0), q(1), q(2)], o),
+                2 => q8_group::<2>(row, [d(0), d(1)], [q(0), q(1)], o),
+                _ => q8_group::<1>(row, [d(0)], [q(0)], o),
             }
-            done += g;
         }
-    }
+    });
 }

@@ -256,9 +256,8 @@ pub(crate) unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
         }
         i += 8;
     }
-    for (g, &u) in gate[grouped..].iter_mut().zip(&up[grouped..]) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
+    // The leftovers (fewer than a group): the reference takes them all with libm's `expf`.
+    super::swiglu_ref(&mut gate[grouped..], &up[grouped..]);
 }
 
 /// [`super::swiglu_ref`] with sixteen lanes at a time and AVX-512's `scalef`, as ggml's own
@@ -302,9 +301,8 @@ pub(crate) unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
         }
         i += 16;
     }
-    for (g, &u) in gate[grouped..].iter_mut().zip(&up[grouped..]) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
+    // The leftovers (fewer than a group): the reference takes them all with libm's `expf`.
+    super::swiglu_ref(&mut gate[grouped..], &up[grouped..]);
 }
 
 /// [`super::dot_f16_ref`] on AVX2: each 16-lane accumulator of the reference held as two

@@ -101,7 +101,6 @@ impl Llama {
             vocab: h.vocab,
             context: h.context,
             special: dspark_contract::TargetContract::special_tokens(file),
-            f16_attention: true,
             bytes,
         };
         Ok(Llama {

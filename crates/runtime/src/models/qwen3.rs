@@ -88,7 +88,6 @@ impl Qwen3 {
             vocab: h.vocab,
             context: h.context,
             special: file.special_tokens(),
-            f16_attention: true,
             bytes,
         };
         Ok(Qwen3 {

@@ -128,7 +128,7 @@ pub(crate) fn attend_tiled(
     scale: f32,
     out: &mut [f32],
 ) {
-    let (dk, dv) = (q.len(), out.len());
+    let dk = q.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     out.fill(0.0);
     let mut p = [0.0f32; FA_TILE];
@@ -162,8 +162,8 @@ pub(crate) fn attend_tiled(
                 for w in group.iter_mut() {
                     *w = dspark_quant::vector::ggml_expf(*w - m);
                 }
-                let lanes: [f32; 16] = std::array::from_fn(|i| group[i]);
-                tile_sum += f64::from(dspark_quant::lanes::hsum16(lanes));
+                let lanes: &[f32; 16] = (&*group).try_into().expect("groups of 16");
+                tile_sum += f64::from(dspark_quant::lanes::hsum16(*lanes));
             }
             sum = (f64::from(sum) + tile_sum) as f32;
             for (j, a) in out.iter_mut().enumerate() {
@@ -176,11 +176,10 @@ pub(crate) fn attend_tiled(
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     out.iter_mut().for_each(|a| *a *= inv);
-    let _ = dv;
 }
 
 /// How attention is computed from the cached keys and values (a session option of every
-/// target; llama targets and Kimi K3's MLA layers honour it, qwen3 computes in f32).
+/// target; llama and qwen3 targets and Kimi K3's MLA layers honour it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Attention {
     /// f32 keys, values and queries; a softmax over all scores, then the weighted sum

@@ -43,9 +43,6 @@ pub(crate) struct Decoder {
     pub vocab: usize,
     pub context: usize,
     pub special: SpecialTokens,
-    /// Whether sessions honour [`Attention::F16`] (llama targets, to follow llama.cpp's
-    /// default flash attention); otherwise attention is f32 whatever is asked.
-    pub f16_attention: bool,
 }
 
 impl Decoder {
@@ -154,11 +151,6 @@ impl<M: HasDecoder> DecoderSession<M> {
             capacity,
             &format!("the target's KV cache for {capacity} positions"),
         )?;
-        let attention = if d.f16_attention {
-            attention
-        } else {
-            Attention::F32
-        };
         Ok(DecoderSession {
             model: Arc::clone(model),
             kv,
