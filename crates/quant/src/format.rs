@@ -119,6 +119,15 @@ pub trait BlockFormat: Sized {
     /// Reference quantization of whole blocks, bit-exact with ggml / gguf-py, for the
     /// formats dspark writes (`None` for those it only reads).
     const QUANTIZE_REF: Option<QuantizeFn> = None;
+
+    /// The order of llama.cpp's products in a prompt's forward, where it differs from
+    /// [`BlockFormat::dot_ref`] (the tiled kernels of the k- and i-quants: [`crate::tiled`]).
+    const PROMPT_DOT: Option<DotFn> = None;
+
+    /// The order of llama.cpp's prompt products with the matrices it re-lays at load
+    /// ([`FormatKernels::relaid_rows`]) for columns in whole groups of four; the columns
+    /// past them take `dot_ref`.
+    const RELAID_PROMPT_DOT: Option<DotFn> = None;
     /// The index of the first value whose encoding is NaN or infinite (for a block format,
     /// the first value of the first block with a non-finite scale), or `None`.
     fn first_non_finite(bytes: &[u8]) -> Option<usize> {
@@ -130,6 +139,9 @@ pub trait BlockFormat: Sized {
         FormatKernels::reference::<Self>()
     }
 }
+
+/// A one-row, one-column dot product.
+pub type DotFn = fn(&[u8], &Columns<'_>, usize) -> f32;
 
 /// Makes a packed copy of a matrix for a format's kernels, or `None` when the matrix has
 /// nothing worth packing; fails, without allocating, if the memory cannot be reserved.
@@ -163,6 +175,21 @@ pub struct FormatKernels {
     /// Makes the packed copy `rows` reads when a matrix has one (same bits as without);
     /// `None`: this format's kernels read the file's layout only.
     pub pack: Option<PackFn>,
+    /// Rows · columns in the order of llama.cpp's prompt products ([`crate::tiled`]), the
+    /// bits of `prompt_dot_ref`; `None` where a prompt's products take `rows`.
+    pub prompt_rows: Option<RowKernel>,
+    /// The reference of `prompt_rows`.
+    pub prompt_dot_ref: Option<DotFn>,
+    /// llama.cpp re-lays this format's matrices whose row count is a multiple of this
+    /// (0: none) at load on this CPU; those keep its re-laid kernels in prompts too, so
+    /// `prompt_rows` is not for them.
+    pub relaid_rows: usize,
+    /// Rows · columns of a prompt's forward with a re-laid matrix (more than three
+    /// columns): columns in whole groups of four by `relaid_prompt_dot_ref`, the rest by
+    /// `dot_ref`.
+    pub relaid_prompt_rows: Option<RowKernel>,
+    /// The reference of `relaid_prompt_rows`' grouped columns.
+    pub relaid_prompt_dot_ref: Option<DotFn>,
 }
 
 impl FormatKernels {
@@ -180,6 +207,38 @@ impl FormatKernels {
             dot_ref: F::dot_ref,
             first_non_finite: F::first_non_finite,
             pack: None,
+            prompt_rows: if F::PROMPT_DOT.is_some() {
+                Some(prompt_rows_ref::<F>)
+            } else {
+                None
+            },
+            prompt_dot_ref: F::PROMPT_DOT,
+            relaid_rows: 0,
+            relaid_prompt_rows: if F::RELAID_PROMPT_DOT.is_some() {
+                Some(relaid_prompt_rows_ref::<F>)
+            } else {
+                None
+            },
+            relaid_prompt_dot_ref: F::RELAID_PROMPT_DOT,
+        }
+    }
+
+    /// The row kernel for `w` in a forward of `n` columns, `prompt` when the forward is a
+    /// prompt's (see [`crate::tiled`]).
+    pub fn rows_for(&self, w: &Matrix<'_>, n: usize, prompt: bool) -> RowKernel {
+        if !prompt {
+            return self.rows;
+        }
+        if self.relaid_rows > 0 && w.rows.is_multiple_of(self.relaid_rows) {
+            // llama.cpp's re-laid kernels: grouped columns from four on.
+            return match self.relaid_prompt_rows {
+                Some(k) if n > 3 => k,
+                _ => self.rows,
+            };
+        }
+        match self.prompt_rows {
+            Some(k) if n >= crate::tiled::MIN_COLUMNS => k,
+            _ => self.rows,
         }
     }
 
@@ -237,6 +296,44 @@ impl FormatKernels {
 /// The scalar row kernel of format `F`: `F::dot_ref` for each row and column.
 pub fn rows_ref<F: BlockFormat>(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
     rows_by_dot(w, first, x, out, F::dot_ref)
+}
+
+/// Rows · columns by `F`'s prompt order ([`BlockFormat::PROMPT_DOT`]).
+///
+/// # Panics
+/// If `F` has none.
+pub fn prompt_rows_ref<F: BlockFormat>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let dot = F::PROMPT_DOT.expect("a format with a prompt order");
+    rows_by_dot(w, first, x, out, dot)
+}
+
+/// Rows · columns of a prompt with a re-laid matrix of `F`
+/// ([`BlockFormat::RELAID_PROMPT_DOT`]): the columns in whole groups of four in that order,
+/// the others (at most three) by `dot_ref`, as llama.cpp's re-laid kernels split them.
+///
+/// # Panics
+/// If `F` has no such order.
+pub fn relaid_prompt_rows_ref<F: BlockFormat>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let grouped = F::RELAID_PROMPT_DOT.expect("a format with a re-laid prompt order");
+    let n = x.count();
+    let whole = n - n % 4;
+    rows_by_dot(w, first, x, out, |row, x, c| {
+        if c < whole {
+            grouped(row, x, c)
+        } else {
+            F::dot_ref(row, x, c)
+        }
+    })
 }
 
 /// A row kernel from a one-row, one-column dot product: `dot` for each row and column.

@@ -12,6 +12,8 @@
 //! Each column is converted once to the format's activation kind ([`Columns`], as ggml
 //! does for its CPU matmul), then every row kernel call reads it.
 
+use std::cell::Cell;
+
 use rayon::prelude::*;
 
 pub use crate::columns::{Activation, Columns};
@@ -51,6 +53,33 @@ pub fn scratch_bytes(rows: usize, cols: usize, n: usize) -> u64 {
         .saturating_add(crate::columns::prepared_bytes(cols, n))
 }
 
+thread_local! {
+    /// Whether this thread's products are a prompt's ([`prompt_order`]).
+    static PROMPT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the products this thread starts in the order llama.cpp gives a prompt's
+/// forward: from [`crate::tiled::MIN_COLUMNS`] columns on, the formats with a prompt order
+/// ([`FormatKernels::prompt_rows`]) take it. The runtime wraps its prompt prefill in this;
+/// decode and verify forwards keep the one-column order (a verify of n columns is still n
+/// decode steps, bit for bit). Products started from other threads (a parallel loop's
+/// per-head or per-expert products) are not affected.
+pub fn prompt_order<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PROMPT.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PROMPT.with(|p| p.replace(true)));
+    f()
+}
+
+/// Whether this thread is inside [`prompt_order`].
+pub fn in_prompt_order() -> bool {
+    PROMPT.with(|p| p.get())
+}
+
 /// `y[c * w.rows + r] = Σ_k W[r][k] · x[c * w.cols + k]` for each of the `x.len() / w.cols`
 /// columns, with the row kernel `kernels` has for the format, on the current rayon pool.
 ///
@@ -75,17 +104,18 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
         "matrices of one call share type and input size"
     );
     let format = table_row(kernels, first);
-    let kernel = format.rows;
     let x = Columns::with(kernels, format.activation, x, first.cols);
     let n = x.count();
+    let prompt = in_prompt_order();
+    let kernels: Vec<RowKernel> = ws.iter().map(|w| format.rows_for(w, n, prompt)).collect();
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
     }
     let per = rows_per_task(ws.iter().map(|w| w.rows).sum());
     // A task: rows first..first + k of one matrix, and those rows' slots in each of the n
     // column-major output columns.
-    let mut tasks: Vec<(&Matrix<'_>, usize, Vec<&mut [f32]>)> = Vec::new();
-    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+    let mut tasks: Vec<(&Matrix<'_>, RowKernel, usize, Vec<&mut [f32]>)> = Vec::new();
+    for ((w, y), &kernel) in ws.iter().zip(ys.iter_mut()).zip(&kernels) {
         let mut columns: Vec<_> = y
             .chunks_mut(w.rows)
             .map(|col| col.chunks_mut(per))
@@ -95,12 +125,12 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
                 .iter_mut()
                 .map(|col| col.next().expect("every column has rows / per pieces"))
                 .collect();
-            tasks.push((w, t * per, pieces));
+            tasks.push((w, kernel, t * per, pieces));
         }
     }
     tasks
         .into_par_iter()
-        .for_each_init(Vec::new, |buf, (w, first, mut pieces)| {
+        .for_each_init(Vec::new, |buf, (w, kernel, first, mut pieces)| {
             if n == 1 {
                 kernel(w, first, &x, pieces[0]);
                 return;

@@ -15,17 +15,13 @@
 //! `ggml-quants.c`): `dl = d · (2s + 1)` in f32 per run, `delta = −0.125` when the
 //! group's bit 3 is set else `+0.125` (`IQ1M_DELTA`), `y = dl · (grid + delta)` in f32.
 //!
-//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`). The dot product
-//! ([`Iq1M::dot_ref`]) is a [`crate::superblock`] sum over eight times the values: per
-//! superblock `isum = Σ_r ls_r · Σ_j (8·grid_j + δ_group(j)) · q_j`, then
-//! `acc = fma(d_w · d_x, isum, acc)` in block order, and the result is `acc / 8`. ggml
-//! (`ggml_vec_dot_iq1_m_q8_K`, `ggml-cpu/arch/x86/quants.c`) keeps the grid and delta sums
-//! apart in two float accumulators and joins them as `sum1 + 0.125 · sum2`; the integers
-//! are the same. llama.cpp does not repack IQ1_M.
+//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`) in the order of
+//! ggml's x86 `ggml_vec_dot_iq1_m_q8_K` ([`Iq1M::dot_ref`]): two sets of eight lanes per
+//! superblock, the grid part and the delta part, each in its own accumulators, joined as
+//! `fma(hsum(delta), 0.125, hsum(grid))` (llama.cpp does not repack IQ1_M; in a prompt's
+//! forward its tiled order, [`crate::tiled`], in eighths).
 //!
-//! Kernels: AVX2 and AVX-512 VNNI through the IQ1 sums of `iq1_s/x86_64.rs` (delta folded
-//! into unsigned grid bytes, one `vpmaddwd` or `vpdpwssd` by the run scales), up to eight
-//! columns per pass.
+//! Kernels: the scalar reference for now (the earlier SIMD kernel summed in another order).
 
 use dspark_gguf::GgmlType;
 
@@ -33,7 +29,7 @@ use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{f16_from_nibbles, BlockFormat, FormatKernels, Scale};
 use crate::iq1s_grid;
-use crate::superblock::{self, QK_K};
+use crate::superblock::QK_K;
 
 /// Bytes per superblock.
 pub const BLOCK_BYTES: usize = 56;
@@ -134,7 +130,26 @@ fn isum8(blk: &[u8], q: &[i8]) -> i32 {
 /// The IQ1_M format.
 pub struct Iq1M;
 
+/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+impl crate::tiled::TiledOrder for Iq1M {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = false;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        use crate::tiled::SuperSums;
+        // isum8 is in eighths: d_w = d / 8, as llama.cpp's tile holds it.
+        let _ = bsums;
+        SuperSums {
+            d: scale(b) * 0.125,
+            dmin: 0.0,
+            s1: isum8(b, xq),
+            s2: 0,
+        }
+    }
+}
+
 impl BlockFormat for Iq1M {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq1M>);
+
     const TYPE: GgmlType = GgmlType::IQ1_M;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16Nibbles(SCALES_AT)];
@@ -143,56 +158,37 @@ impl BlockFormat for Iq1M {
         dequantize_ref(q, y)
     }
 
-    /// Per superblock the exact `Σ_r ls_r · Σ_j (8·grid_j + δ_group(j)) · q_j`, then
-    /// `acc = fma(d_w · d_x, isum, acc)` in block order from 0, and `acc · 1/8`
-    /// ([`crate::superblock`]).
+    /// ggml's x86 order (`ggml_vec_dot_iq1_m_q8_K`, `ggml-cpu/arch/x86/quants.c`): per
+    /// superblock two sets of eight exact lanes ([`crate::lanes::position_lanes`]), of
+    /// `ls · grid · q` and of `ls · δ · q`, each fused with `d = d_x · d_w` into its own
+    /// eight accumulators; the result is `fma(hsum8(δ lanes), IQ1M_DELTA, hsum8(grid
+    /// lanes))`.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (dx, qx) = x.q8(c);
-        let blk = |b: usize| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-        superblock::dot(
-            row.len() / BLOCK_BYTES,
-            |b| scale(blk(b)),
-            dx,
-            |b| isum8(blk(b), &qx[b * QK_K..(b + 1) * QK_K]),
-            IQ1M_DELTA,
-        )
+        let mut grid = crate::lanes::LaneAcc::default();
+        let mut delta = crate::lanes::LaneAcc::default();
+        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            let q = &qx[b * QK_K..(b + 1) * QK_K];
+            let g = crate::lanes::position_lanes(QK_K, |v| {
+                let w = iq1s_grid::value(grid_index(blk, v / 8), v % 8);
+                run_scale(blk, v / 16) * i32::from(w) * i32::from(q[v])
+            });
+            let e = crate::lanes::position_lanes(QK_K, |v| {
+                run_scale(blk, v / 16) * delta_sign(blk, v / 8) * i32::from(q[v])
+            });
+            let d = dx[b] * scale(blk);
+            grid.add(d, &g);
+            delta.add(d, &e);
+        }
+        delta.sum().mul_add(IQ1M_DELTA, grid.sum())
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
-        let mut k = FormatKernels::reference::<Iq1M>();
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::cpu::Isa;
-            use crate::superblock::x86_64::{rows_avx2, rows_avx512};
-            if cpu.has_avx2() {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe {
-                        rows_avx2::<crate::iq1_s::x86_64::Iq1<x86_64::SubM, false>>(
-                            w, first, x, out,
-                        )
-                    }
-                };
-            }
-            if cpu.isa() == Isa::Avx512Vnni {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and
-                    // VNNI and the AVX2 set.
-                    unsafe {
-                        rows_avx512::<crate::iq1_s::x86_64::Iq1<x86_64::SubM, true>>(
-                            w, first, x, out,
-                        )
-                    }
-                };
-            }
-        }
+        // The scalar reference (a kernel in ggml's lane order is still to be written).
         let _ = cpu;
-        k
+        FormatKernels::reference::<Iq1M>()
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-mod x86_64;
 
 #[cfg(test)]
 mod tests {

@@ -12,19 +12,13 @@
 //! else `+0.125` (`IQ1S_DELTA`), `y = dl · (grid + delta)` in f32 (`grid + delta` is
 //! exact).
 //!
-//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`). The dot product
-//! ([`Iq1S::dot_ref`]) is a [`crate::superblock`] sum over **eight times** the values, so
-//! it stays in integers: per superblock `isum = Σ_ib ls_ib · Σ_j (8·grid_j + δ_ib) · q_j`
-//! (δ = ±1), then `acc = fma(d_w · d_x, isum, acc)` in block order, and the result is
-//! `acc / 8`. ggml (`ggml_vec_dot_iq1_s_q8_K`, `ggml-cpu/arch/x86/quants.c`) keeps the grid
-//! sum and the delta sum (from the Q8_K sums) apart and joins them in f32 as
-//! `sumi + 0.125 · sumi1`; the integers are the same. llama.cpp does not repack IQ1_S.
+//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`) in the order of
+//! ggml's x86 `ggml_vec_dot_iq1_s_q8_K` ([`Iq1S::dot_ref`]): eight lanes of the grid part
+//! per superblock, the delta part (from the Q8_K sums) in a scalar beside them, joined as
+//! `hsum + 0.125 · scalar` at the end (llama.cpp does not repack IQ1_S; in a prompt's
+//! forward its tiled order, [`crate::tiled`], in eighths).
 //!
-//! Kernels (`iq1_s/x86_64.rs`, shared with [`crate::iq1_m`]): AVX2, the grid words looked
-//! up with the delta folded in as unsigned bytes `u = 8·(grid + 1) + δ + 1` (0..18), so
-//! `vpmaddubsw` needs no sign trick, and `Σ u·q − 9·Σ q = Σ (8·grid + δ)·q` with `Σ q`
-//! taken from the Q8_K sums; with AVX-512 VNNI the scale product and accumulation are one
-//! `vpdpwssd`; up to eight columns per pass over a row.
+//! Kernels: the scalar reference for now (the earlier SIMD kernel summed in another order).
 
 use dspark_gguf::GgmlType;
 
@@ -32,7 +26,7 @@ use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
 use crate::iq1s_grid;
-use crate::superblock::{self, f16_at, QK_K};
+use crate::superblock::{f16_at, QK_K};
 
 /// Bytes per superblock.
 pub const BLOCK_BYTES: usize = 50;
@@ -124,7 +118,26 @@ fn isum8(blk: &[u8], q: &[i8]) -> i32 {
 /// The IQ1_S format.
 pub struct Iq1S;
 
+/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+impl crate::tiled::TiledOrder for Iq1S {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = false;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        use crate::tiled::SuperSums;
+        // isum8 is in eighths: d_w = d / 8, as llama.cpp's tile holds it.
+        let _ = bsums;
+        SuperSums {
+            d: f16_at(b, 0) * 0.125,
+            dmin: 0.0,
+            s1: isum8(b, xq),
+            s2: 0,
+        }
+    }
+}
+
 impl BlockFormat for Iq1S {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq1S>);
+
     const TYPE: GgmlType = GgmlType::IQ1_S;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];
@@ -133,48 +146,41 @@ impl BlockFormat for Iq1S {
         dequantize_ref(q, y)
     }
 
-    /// Per superblock the exact `Σ_ib ls_ib · Σ_j (8·grid_j + δ_ib) · q_j`, then
-    /// `acc = fma(d_w · d_x, isum, acc)` in block order from 0, and `acc · 1/8`
-    /// ([`crate::superblock`]).
+    /// ggml's x86 order (`ggml_vec_dot_iq1_s_q8_K`, `ggml-cpu/arch/x86/quants.c`): per
+    /// superblock eight exact lanes of `ls · grid · q` ([`crate::lanes::position_lanes`])
+    /// fused with `d = d_x · d_w` into eight accumulators, and the delta part
+    /// `Σ_ib ls_ib · δ_ib · (Q8_K sums of the sub-block)` fused with `d` into a scalar; the
+    /// result is `hsum8(lanes) + IQ1S_DELTA · scalar`.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (dx, qx) = x.q8(c);
-        let blk = |b: usize| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-        superblock::dot(
-            row.len() / BLOCK_BYTES,
-            |b| f16_at(blk(b), 0),
-            dx,
-            |b| isum8(blk(b), &qx[b * QK_K..(b + 1) * QK_K]),
-            IQ1S_DELTA,
-        )
+        let bs = x.q8_bsums(c);
+        let mut acc = crate::lanes::LaneAcc::default();
+        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            let q = &qx[b * QK_K..(b + 1) * QK_K];
+            let lanes = crate::lanes::position_lanes(QK_K, |v| {
+                let ib = v / 32;
+                let g = iq1s_grid::value(grid_index(blk, ib, (v % 32) / 8), v % 8);
+                sub_scale(blk, ib) * i32::from(g) * i32::from(q[v])
+            });
+            let delta: i32 = (0..8)
+                .map(|ib| {
+                    let s = i32::from(bs[16 * b + 2 * ib]) + i32::from(bs[16 * b + 2 * ib + 1]);
+                    s * delta_sign(blk, ib) * sub_scale(blk, ib)
+                })
+                .sum();
+            let d = dx[b] * f16_at(blk, 0);
+            acc.add(d, &lanes);
+            acc.add_min(d, delta as f32);
+        }
+        acc.sum() + IQ1S_DELTA * acc.summs()
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
-        let mut k = FormatKernels::reference::<Iq1S>();
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::cpu::Isa;
-            use crate::superblock::x86_64::{rows_avx2, rows_avx512};
-            if cpu.has_avx2() {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { rows_avx2::<x86_64::Iq1<x86_64::SubS, false>>(w, first, x, out) }
-                };
-            }
-            if cpu.isa() == Isa::Avx512Vnni {
-                k.rows = |w, first, x, out| {
-                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and
-                    // VNNI and the AVX2 set.
-                    unsafe { rows_avx512::<x86_64::Iq1<x86_64::SubS, true>>(w, first, x, out) }
-                };
-            }
-        }
+        // The scalar reference (a kernel in ggml's lane order is still to be written).
         let _ = cpu;
-        k
+        FormatKernels::reference::<Iq1S>()
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod x86_64;
 
 #[cfg(test)]
 mod tests {

@@ -190,28 +190,6 @@ pub fn value(i: usize, j: usize) -> i8 {
     ((IQ1S_GRID[i] >> (2 * j)) & 3) as i8 - 1
 }
 
-/// The grid as the SIMD kernels read it: entry i as eight bytes, byte j `8 · code_j` (0, 8
-/// or 16), so that adding 0 or 2 per byte gives `8 · value + δ + 9` for a delta sign δ
-/// of −1 or +1 (see [`crate::iq1_s`]).
-#[cfg(target_arch = "x86_64")]
-pub(crate) static GRID_X8: [u64; NGRID_IQ1S] = expand_x8();
-
-#[cfg(target_arch = "x86_64")]
-const fn expand_x8() -> [u64; NGRID_IQ1S] {
-    let mut out = [0u64; NGRID_IQ1S];
-    let mut i = 0;
-    while i < NGRID_IQ1S {
-        let mut j = 0;
-        while j < 8 {
-            let code = ((IQ1S_GRID[i] >> (2 * j)) & 3) as u64;
-            out[i] |= (8 * code) << (8 * j);
-            j += 1;
-        }
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,17 +231,6 @@ mod tests {
             for j in 0..8 {
                 let want = i8::try_from(codes[8 * i + j] - b'0').unwrap() - 1;
                 assert_eq!(value(i, j), want, "entry {i} element {j}");
-            }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_kernel_grid_is_eight_times_the_codes() {
-        for (i, word) in GRID_X8.iter().enumerate() {
-            for j in 0..8 {
-                let b = (word >> (8 * j)) as u8;
-                assert_eq!(i32::from(b), 8 * (i32::from(value(i, j)) + 1));
             }
         }
     }

@@ -73,7 +73,18 @@ impl Lattice for Iq3Xxs {
     }
 }
 
+/// llama.cpp's prompt order (the lattice module's integer lanes summed; `d_w = d · F`).
+impl crate::tiled::TiledOrder for Iq3Xxs {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = false;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        crate::iq_lattice::super_sums::<Self>(b, xq, bsums)
+    }
+}
+
 impl BlockFormat for Iq3Xxs {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq3Xxs>);
+
     const TYPE: GgmlType = GgmlType::IQ3_XXS;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];

@@ -107,7 +107,25 @@ pub(crate) fn block_lanes(blk: &[u8], q: &[i8]) -> [i32; 8] {
 /// The IQ4_XS format.
 pub struct Iq4Xs;
 
+/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+impl crate::tiled::TiledOrder for Iq4Xs {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = false;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        use crate::tiled::SuperSums;
+        let _ = bsums;
+        SuperSums {
+            d: f16_at(b, 0),
+            dmin: 0.0,
+            s1: crate::tiled::lane_total(&block_lanes(b, xq)),
+            s2: 0,
+        }
+    }
+}
+
 impl BlockFormat for Iq4Xs {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq4Xs>);
+
     const TYPE: GgmlType = GgmlType::IQ4_XS;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];

@@ -135,6 +135,22 @@ pub fn lane_sums<L: Lattice>(block: &[u8], x: &[i8]) -> [i32; 8] {
     lanes
 }
 
+/// One super-block's sums in llama.cpp's prompt order ([`crate::tiled`]): the lanes'
+/// total, `d_w = d · F`.
+pub(crate) fn super_sums<L: Lattice>(
+    block: &[u8],
+    x: &[i8],
+    bsums: &[i16],
+) -> crate::tiled::SuperSums {
+    let _ = bsums;
+    crate::tiled::SuperSums {
+        d: f16_bits_to_f32(u16::from_le_bytes([block[0], block[1]])) * L::FACTOR,
+        dmin: 0.0,
+        s1: crate::tiled::lane_total(&lane_sums::<L>(block, x)),
+        s2: 0,
+    }
+}
+
 /// Reference dot product of a row of format `L` with column `c` of `x` (Q8_K), in the
 /// module doc's order.
 pub fn dot_ref<L: Lattice>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {

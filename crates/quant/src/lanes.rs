@@ -18,6 +18,18 @@ pub fn hsum16(v: [f32; 16]) -> f32 {
     hsum8(std::array::from_fn(|i| v[i] + v[i + 8]))
 }
 
+/// Eight exact i32 lanes of `len` products in the layout of ggml's AVX2 `vec_dot`s over
+/// runs of 32 (`vpmaddubsw` then `vpmaddwd`): lane `l` sums `term(v)` over the values `v`
+/// with `(v mod 32) / 4 == l` (wrapping as the i32 lanes do).
+pub(crate) fn position_lanes(len: usize, term: impl Fn(usize) -> i32) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for v in 0..len {
+        let l = (v % 32) / 4;
+        lanes[l] = lanes[l].wrapping_add(term(v));
+    }
+    lanes
+}
+
 /// The float steps of ggml's x86 `vec_dot` (and the formats that follow it): per block or
 /// superblock eight exact integer lanes, each fused with the block's scale product into its
 /// own accumulator (`acc_l = fma(d, lane_l, acc_l)`), reduced by [`hsum8`] at the end;
@@ -47,6 +59,12 @@ impl LaneAcc {
     #[inline(always)]
     pub(crate) fn sum(self) -> f32 {
         hsum8(self.acc)
+    }
+
+    /// The fused min products (IQ1_S's delta sums).
+    #[inline(always)]
+    pub(crate) fn summs(self) -> f32 {
+        self.summs
     }
 
     /// `hsum8(acc) + summs` (formats with mins).

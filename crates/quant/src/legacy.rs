@@ -1,5 +1,5 @@
-//! What the formats of 32-value runs share: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (one run
-//! per block) and Q1_0 (four runs per block of 128). Each run of a row meets one block of
+//! What the formats of 32-value runs share: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4
+//! (one run per block; the trait allows several). Each run of a row meets one block of
 //! its activation column (ggml's `vec_dot_type`: Q8_0, or Q8_1 for the formats with a
 //! min), so every one of these formats dots the same way — an exact integer sum per run,
 //! then the same few float steps — and one summation order ([`dot_ref`], or ggml's lane
@@ -8,7 +8,7 @@
 //! AVX-512 VNNI kernels ([`tiles`]) serve them all.
 //! What is particular to a format (its block layout, how its values decode, its tables)
 //! lives in its own module ([`crate::q4_0`], [`crate::q4_1`], [`crate::q5_0`],
-//! [`crate::q5_1`], [`crate::iq4_nl`], [`crate::mxfp4`], [`crate::q1_0`]), which hands
+//! [`crate::q5_1`], [`crate::iq4_nl`], [`crate::mxfp4`]), which hands
 //! these generic kernels its decoders.
 //!
 //! **The summation order** (every kernel gives its bits, tested):
@@ -28,8 +28,9 @@
 //! `vec_dot`, which keeps eight lanes of partial integer sums per block, each fused with the
 //! block's scale product, then reduced (Q4_1, Q5_1: plus a fused scalar sum of `m · s`);
 //! those formats set [`Runs32::LANES`] and sum that way ([`dot_lanes_ref`], the AVX2 kernel
-//! `x86_64::rows_lanes_avx2`), so their products are llama.cpp's bit for bit too. Q1_0 keeps
-//! the run order (llama.cpp's own differs; not yet matched).
+//! `x86_64::rows_lanes_avx2`, and with AVX-512 VNNI packed tiles read lane by lane,
+//! `tiles::rows_lanes_vnni`), so their products are llama.cpp's bit for bit too; Q8_0
+//! shares that kernel.
 
 use crate::columns::Columns;
 use crate::format::BlockFormat;
@@ -42,7 +43,7 @@ pub const RUN: usize = 32;
 pub(crate) trait Runs32: BlockFormat {
     /// Bytes per block.
     const BLOCK_BYTES: usize;
-    /// Runs per block (1; Q1_0: 4).
+    /// Runs per block (1 for every format here).
     const SUBS: usize = 1;
     /// Whether blocks carry a min `m` (Q4_1, Q5_1), which meets Q8_1's stored `s`.
     const HAS_MIN: bool = false;
@@ -167,6 +168,14 @@ pub(crate) fn kernels<F: tiles::TileRuns + x86_64::Avx2Runs>(
                 // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe { x86_64::rows_lanes_avx2::<F>(w, first, x, out) }
             };
+        }
+        if cpu.isa() == crate::cpu::Isa::Avx512Vnni {
+            k.rows = |w, first, x, out| {
+                // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI and the
+                // AVX2 set.
+                unsafe { tiles::rows_lanes_vnni::<F>(w, first, x, out) }
+            };
+            k.pack = Some(tiles::pack::<F>);
         }
         return k;
     }

@@ -92,6 +92,7 @@ pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
 pub mod superblock;
+pub mod tiled;
 pub mod tq1_0;
 pub mod tq2_0;
 pub mod vector;

@@ -10,19 +10,15 @@
 //! - `vec_dot_type`: Q8_0 (`type_traits_cpu` in `ggml/src/ggml-cpu/ggml-cpu.c`): a block
 //!   meets four Q8_0 blocks, each 32 values a run (`ggml_vec_dot_q1_0_q8_0`,
 //!   `ggml/src/ggml-cpu/quants.c`).
-//! - Summation order: `legacy.rs`'s with four runs per block: per run k, `acc =
-//!   fma(d_w · d_x(k), Σ ±q_x, acc)`.
-//! - Kernels (`q1_0/x86_64.rs`): packed tiles of 16 rows (read by an AVX2 kernel in halves
-//!   of eight rows and by an AVX-512 VNNI one), the file's layout (AVX2, eight rows per
-//!   register) for rows outside whole tiles, all multiplying codes `2 · bit` (the value
-//!   plus one) and subtracting `Σ q_x`.
+//! - Summation order: ggml's x86 `ggml_vec_dot_q1_0_q8_0` ([`Q1_0::dot_ref`]).
+//! - Kernels: the scalar reference for now.
 
 use dspark_gguf::GgmlType;
 
 use crate::columns::{Activation, Columns};
 use crate::cpu::Detected;
 use crate::format::{BlockFormat, FormatKernels, Scale};
-use crate::legacy::{f16_at, Runs32, RUN};
+use crate::legacy::{f16_at, RUN};
 
 /// Values per block (`QK1_0` in `ggml-common.h`).
 pub const QK1_0: usize = 128;
@@ -64,17 +60,6 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 /// The Q1_0 format.
 pub struct Q1_0;
 
-impl Runs32 for Q1_0 {
-    const BLOCK_BYTES: usize = BLOCK_BYTES;
-    const SUBS: usize = QK1_0 / RUN;
-    fn scale(block: &[u8]) -> f32 {
-        f16_at(block, 0)
-    }
-    fn values(block: &[u8], sub: usize) -> [i32; RUN] {
-        std::array::from_fn(|j| if bit(block, RUN * sub + j) { 1 } else { -1 })
-    }
-}
-
 impl BlockFormat for Q1_0 {
     const TYPE: GgmlType = GgmlType::Q1_0;
     const ACTIVATION: Activation = Activation::Q8_0;
@@ -84,19 +69,50 @@ impl BlockFormat for Q1_0 {
         dequantize_ref(q, y)
     }
 
-    /// `legacy.rs`'s order with four runs per block: per run k `acc = fma(d_w ·
-    /// d_x(k), Σ ±q_x, acc)`.
+    /// ggml's x86 order (`ggml_vec_dot_q1_0_q8_0`, `ggml-cpu/arch/x86/quants.c`): per block
+    /// of 128, its four runs' eight exact lanes of `±q` ([`crate::lanes::position_lanes`];
+    /// a negative sign negates with an 8-bit wrap, as `(q ^ m) − m` does) scaled into one
+    /// block accumulator — `d_x(0) · lanes` for the first run, `fma(d_x(k), lanes, ·)` for
+    /// the next three — then `acc = fma(d_w, block, acc)` lane by lane;
+    /// [`crate::lanes::hsum8`] at the end.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-        crate::legacy::dot_ref::<Q1_0>(row, x, c)
+        let (xd, xq) = x.q8(c);
+        let mut acc = [0.0f32; 8];
+        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            let mut block = [0.0f32; 8];
+            for k in 0..QK1_0 / RUN {
+                let j = (QK1_0 / RUN) * b + k;
+                let q = &xq[RUN * j..RUN * (j + 1)];
+                let lanes = crate::lanes::position_lanes(RUN, |i| {
+                    let v = q[i];
+                    i32::from(if bit(blk, RUN * k + i) {
+                        v
+                    } else {
+                        v.wrapping_neg()
+                    })
+                });
+                for (a, &l) in block.iter_mut().zip(&lanes) {
+                    *a = if k == 0 {
+                        xd[j] * l as f32
+                    } else {
+                        xd[j].mul_add(l as f32, *a)
+                    };
+                }
+            }
+            let d = f16_at(blk, 0);
+            for (a, &v) in acc.iter_mut().zip(&block) {
+                *a = d.mul_add(v, *a);
+            }
+        }
+        crate::lanes::hsum8(acc)
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
-        crate::legacy::kernels::<Q1_0>(cpu)
+        // The scalar reference (a kernel in ggml's lane order is still to be written).
+        let _ = cpu;
+        FormatKernels::reference::<Q1_0>()
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-mod x86_64;
 
 #[cfg(test)]
 mod tests {

@@ -95,7 +95,25 @@ pub(crate) fn block_lanes(b: &[u8], xq: &[i8], bsums: &[i16]) -> ([i32; 8], i32)
 /// The Q5_K format.
 pub struct Q5K;
 
+/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+impl crate::tiled::TiledOrder for Q5K {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = true;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        use crate::tiled::SuperSums;
+        let (lanes, s2) = block_lanes(b, xq, bsums);
+        SuperSums {
+            d: f16_at(b, D),
+            dmin: f16_at(b, DMIN),
+            s1: crate::tiled::lane_total(&lanes),
+            s2,
+        }
+    }
+}
+
 impl BlockFormat for Q5K {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q5K>);
+
     const TYPE: GgmlType = GgmlType::Q5_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D), Scale::F16(DMIN)];

@@ -84,7 +84,25 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 /// The Q6_K format.
 pub struct Q6K;
 
+/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+impl crate::tiled::TiledOrder for Q6K {
+    const SUPER_BYTES: usize = BLOCK_BYTES;
+    const HAS_MIN: bool = false;
+    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
+        use crate::tiled::SuperSums;
+        let lanes = block_lanes(b, xq, bsums);
+        SuperSums {
+            d: f16_at(b, D),
+            dmin: 0.0,
+            s1: crate::tiled::lane_total(&lanes),
+            s2: 0,
+        }
+    }
+}
+
 impl BlockFormat for Q6K {
+    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q6K>);
+
     const TYPE: GgmlType = GgmlType::Q6_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D)];

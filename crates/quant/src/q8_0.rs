@@ -194,12 +194,33 @@ impl BlockFormat for Q8_0 {
                 };
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { gemm_x86_64::rows_q8_0_avx2(w, first, x, out) }
+                    unsafe { crate::legacy::x86_64::rows_lanes_avx2::<Q8_0>(w, first, x, out) }
+                };
+            }
+            if cpu.isa() == crate::cpu::Isa::Avx512Vnni {
+                k.rows = |w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI
+                    // and the AVX2 set.
+                    unsafe { crate::legacy::x86_64::rows_lanes_vnni::<Q8_0>(w, first, x, out) }
                 };
             }
         }
         let _ = cpu;
         k
+    }
+}
+
+/// Q8_0 as a format of 32-value runs summing in ggml's lane order, which lets the shared
+/// lane kernels (`legacy/x86_64.rs`) run its rows: signed values met as `|w| · sign(x, w)`,
+/// the wrap [`block_isum`] describes included. Its reference stays [`Q8_0::dot_ref`].
+impl crate::legacy::Runs32 for Q8_0 {
+    const LANES: bool = true;
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    fn scale(block: &[u8]) -> f32 {
+        f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32()
+    }
+    fn values(block: &[u8], _sub: usize) -> [i32; crate::legacy::RUN] {
+        std::array::from_fn(|j| i32::from(block[2 + j] as i8))
     }
 }
 
@@ -224,9 +245,6 @@ pub fn activation_kernels(cpu: Detected) -> ActivationKernels {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
-
-#[cfg(target_arch = "x86_64")]
-mod gemm_x86_64;
 
 #[cfg(test)]
 mod tests {

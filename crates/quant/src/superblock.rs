@@ -1,47 +1,38 @@
-//! What the Q8_K-partnered formats of [`crate::iq4_xs`], [`crate::iq1_s`],
-//! [`crate::iq1_m`], [`crate::tq1_0`] and [`crate::tq2_0`] share: a row is superblocks of
-//! 256 values, each with one f16 scale `d_w`, met by Q8_K activation blocks (an f32 scale
-//! `d_x`, 256 quants, sums of sixteen). Their dot products have one shape:
-//!
-//! - per superblock b, an **exact integer** `isum_b` (the format says which: for IQ4_XS
-//!   `Σ ls · Σ w·q` over sub-blocks, for IQ1_* eight times the value sum, for the ternary
-//!   formats `Σ (t − 1)·q`); integers are exact in any order, so kernels may compute it
-//!   any way they like (lanes, pairs, offsets corrected by the Q8_K sums);
-//! - then, in block order from `acc = 0`, `acc = fma(d_w · d_x, isum_b as f32, acc)` (the
-//!   product `d_w · d_x` rounded to f32 first, the conversion to f32 rounding to nearest
-//!   even);
-//! - the result is `acc · FINAL` (1 — the multiplication skipped — except IQ1_S and
-//!   IQ1_M's `1/8`, exact).
-//!
-//! [`dot`] restates those float steps for the references; the x86-64 kernels in
-//! `superblock/x86_64.rs` run them per column in scalar registers, so a column's bits never
-//! depend on the columns beside it. ggml's x86 kernels instead keep eight lanes of partial
-//! integer sums per block and scale each lane in f32 (`ggml-cpu/arch/x86/quants.c`), and
-//! IQ1_* add their delta term in f32 separately; the integers here are the same sums, only
-//! the float rounding order differs.
+//! What the Q8_K-partnered superblock formats share: a row is superblocks of 256 values,
+//! each with one f16 scale `d_w`, met by Q8_K activation blocks (an f32 scale `d_x`, 256
+//! quants, sums of sixteen). [`ternary_dot`] is ggml's order for TQ1_0 and TQ2_0, whose
+//! x86-64 kernels share the skeleton in `superblock/x86_64.rs`; IQ1_S and IQ1_M
+//! ([`crate::iq1_s`], [`crate::iq1_m`]) keep their own orders beside their layouts.
 
 /// Values per superblock (`QK_K`, `ggml-common.h`).
 pub const QK_K: usize = 256;
 
-/// The f32 steps of a superblock dot product: `acc = fma(d_w(b) · d_x[b], isum(b), acc)`
-/// for b in `0..nb` from `acc = 0`, then `acc · final_scale` (skipped when 1).
-#[inline]
-pub fn dot(
-    nb: usize,
-    d_w: impl Fn(usize) -> f32,
-    d_x: &[f32],
-    isum: impl Fn(usize) -> i32,
-    final_scale: f32,
+/// ggml's x86 order for the ternary formats (`ggml_vec_dot_tq1_0_q8_K`,
+/// `ggml_vec_dot_tq2_0_q8_K`, `ggml-cpu/arch/x86/quants.c`): per superblock eight exact
+/// i32 lanes, lane l holding `Σ c·q` over the values with `(v mod 32) / 4 == l` (c the
+/// unsigned code, `value + 1`) less the Q8_K sums of sixteen `2l` and `2l + 1`; each lane
+/// fused into its own accumulator with `d_x · d_w`; [`crate::lanes::hsum8`] at the end.
+pub fn ternary_dot(
+    row: &[u8],
+    x: &crate::columns::Columns<'_>,
+    c: usize,
+    block_bytes: usize,
+    d_at: usize,
+    value: fn(&[u8], usize) -> i32,
 ) -> f32 {
-    let mut acc = 0.0f32;
-    for (b, &dx) in d_x[..nb].iter().enumerate() {
-        acc = (d_w(b) * dx).mul_add(isum(b) as f32, acc);
+    let (dx, qx) = x.q8(c);
+    let bs = x.q8_bsums(c);
+    let mut acc = crate::lanes::LaneAcc::default();
+    for (b, blk) in row.chunks_exact(block_bytes).enumerate() {
+        let q = &qx[b * QK_K..(b + 1) * QK_K];
+        let mut lanes =
+            crate::lanes::position_lanes(QK_K, |v| (value(blk, v) + 1) * i32::from(q[v]));
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane -= i32::from(bs[16 * b + 2 * l]) + i32::from(bs[16 * b + 2 * l + 1]);
+        }
+        acc.add(dx[b] * f16_at(blk, d_at), &lanes);
     }
-    if final_scale == 1.0 {
-        acc
-    } else {
-        acc * final_scale
-    }
+    acc.sum()
 }
 
 /// The f16 at `at` of `block`, as f32.
@@ -154,10 +145,9 @@ mod tests {
         })
     }
 
-    /// On real rows: dequantization is gguf-py's (by hash), every kernel set gives
-    /// `dot_ref`'s bits for three columns at once and one at a time, and the result is
-    /// within 1e-5 of `Σ |w · x|` of ggml's own x86 dot product (the same activations
-    /// and integer sums; only the float rounding order differs).
+    /// On real rows: dequantization is gguf-py's (by hash), `dot_ref` gives ggml's own x86
+    /// dot product bit for bit (the same activations, integer lanes and float steps), and
+    /// every kernel set gives `dot_ref`'s bits for three columns at once and one at a time.
     #[test]
     fn real_rows_match_gguf_py_and_ggml() {
         let x: Vec<f32> = (0..3).flat_map(column).collect();
@@ -175,15 +165,14 @@ mod tests {
             assert_eq!(hash, real.gguf_py_fnv, "{}: dequantization", real.ty);
             let m = crate::Matrix::new(real.ty, real.rows, COLS, real.bytes).unwrap();
             let xc = Columns::new(Activation::Q8_K, &x, COLS);
-            for (c, xs) in x.chunks_exact(COLS).enumerate() {
+            for c in 0..3 {
                 for r in 0..real.rows {
                     let ours = (f.dot_ref)(m.row(r), &xc, c);
                     let ggml = real.ggml[c * real.rows + r];
-                    let w = &y[r * COLS..(r + 1) * COLS];
-                    let scale: f32 = w.iter().zip(xs).map(|(a, b)| (a * b).abs()).sum();
-                    assert!(
-                        (ours - ggml).abs() <= 1e-5 * scale,
-                        "{} row {r} column {c}: {ours} vs ggml {ggml} (scale {scale})",
+                    assert_eq!(
+                        ours.to_bits(),
+                        ggml.to_bits(),
+                        "{} row {r} column {c}: {ours} vs ggml {ggml}",
                         real.ty
                     );
                 }

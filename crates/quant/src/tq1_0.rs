@@ -12,18 +12,15 @@
 //! Dequantization (gguf-py's `TQ1_0.dequantize_blocks`, ggml's `dequantize_row_tq1_0` in
 //! `ggml-quants.c`): `y = d · (t − 1)` in f32. Every byte is a valid encoding.
 //!
-//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`). The dot product
-//! ([`Tq1_0::dot_ref`]) is a [`crate::superblock`] sum: per superblock the exact
-//! `isum = Σ_k (t_k − 1) · q_k`, then `acc = fma(d_w · d_x, isum, acc)` in block order.
-//! ggml (`ggml_vec_dot_tq1_0_q8_K`, `ggml-cpu/arch/x86/quants.c`) computes the same
-//! integer (digits by 8-bit shift-and-add products and a `vpavgb` trick, `Σ t·q` by
-//! `vpmaddubsw`, minus the Q8_K sums) and scales it per lane in f32; llama.cpp does not
-//! repack TQ1_0.
+//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`) in the order of
+//! ggml's `ggml_vec_dot_tq1_0_q8_K` (`ggml-cpu/arch/x86/quants.c`; llama.cpp does not
+//! repack TQ1_0): [`crate::superblock::ternary_dot`].
 //!
 //! Kernels (`tq1_0/x86_64.rs`): AVX2, digits by 16-bit products (`vpmullw` by `3^l`, the
 //! byte kept in the high half so the product wraps at 256, then `vpmulhuw` by 3), once
 //! per group of columns; per column `vpmaddubsw(t, q)` summed in i16, the Q8_K sums
-//! subtracted; with AVX-512 VNNI, `vpdpbusd` in place of `vpmaddubsw` and the i16 sums.
+//! subtracted lane by lane — ggml's lanes; with AVX-512 VNNI, `vpdpbusd` in place of
+//! `vpmaddubsw` and the i16 sums.
 
 use dspark_gguf::GgmlType;
 
@@ -96,21 +93,9 @@ impl BlockFormat for Tq1_0 {
         dequantize_ref(q, y)
     }
 
-    /// Per superblock the exact `Σ_k (t_k − 1) · q_k`, then `acc = fma(d_w · d_x, isum,
-    /// acc)` in block order from 0 ([`crate::superblock`]).
+    /// ggml's order ([`crate::superblock::ternary_dot`]).
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-        let (dx, qx) = x.q8(c);
-        let blk = |b: usize| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-        superblock::dot(
-            row.len() / BLOCK_BYTES,
-            |b| f16_at(blk(b), D_AT),
-            dx,
-            |b| {
-                let q = &qx[b * QK_K..(b + 1) * QK_K];
-                (0..QK_K).map(|k| value(blk(b), k) * i32::from(q[k])).sum()
-            },
-            1.0,
-        )
+        superblock::ternary_dot(row, x, c, BLOCK_BYTES, D_AT, value)
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

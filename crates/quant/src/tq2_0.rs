@@ -9,12 +9,9 @@
 //! `ggml-quants.c`): `y = d · (c − 1)` in f32. Codes are 0..2 as ggml writes them; the
 //! fourth, 3, reads as 2 in both (every byte is a valid encoding).
 //!
-//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`). The dot product
-//! ([`Tq2_0::dot_ref`]) is a [`crate::superblock`] sum: per superblock the exact
-//! `isum = Σ_j (c_j − 1) · q_j`, then `acc = fma(d_w · d_x, isum, acc)` in block order.
-//! ggml (`ggml_vec_dot_tq2_0_q8_K`, `ggml-cpu/arch/x86/quants.c`) computes the same integer
-//! (`Σ c·q` by `vpmaddubsw`, minus the Q8_K sums) and scales it per lane in f32;
-//! llama.cpp does not repack TQ2_0.
+//! It dots with Q8_K activations (`vec_dot_type`, `ggml-cpu/ggml-cpu.c`) in the order of
+//! ggml's `ggml_vec_dot_tq2_0_q8_K` (`ggml-cpu/arch/x86/quants.c`; llama.cpp does not
+//! repack TQ2_0): [`crate::superblock::ternary_dot`].
 //!
 //! Kernels (`tq2_0/x86_64.rs`): AVX2, codes unpacked by shifts and a mask once per group of
 //! columns, `vpmaddubsw(c, q)` summed in i16 per column, the Q8_K sums subtracted; with
@@ -78,21 +75,9 @@ impl BlockFormat for Tq2_0 {
         dequantize_ref(q, y)
     }
 
-    /// Per superblock the exact `Σ_j (c_j − 1) · q_j`, then `acc = fma(d_w · d_x, isum,
-    /// acc)` in block order from 0 ([`crate::superblock`]).
+    /// ggml's order ([`crate::superblock::ternary_dot`]).
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-        let (dx, qx) = x.q8(c);
-        let blk = |b: usize| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-        superblock::dot(
-            row.len() / BLOCK_BYTES,
-            |b| f16_at(blk(b), D_AT),
-            dx,
-            |b| {
-                let q = &qx[b * QK_K..(b + 1) * QK_K];
-                (0..QK_K).map(|k| value(blk(b), k) * i32::from(q[k])).sum()
-            },
-            1.0,
-        )
+        superblock::ternary_dot(row, x, c, BLOCK_BYTES, D_AT, value)
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {

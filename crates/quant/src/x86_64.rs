@@ -34,3 +34,42 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
 pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
+
+/// How a kernel forms eight i32 lanes from 32 byte products `u · s` (`u` unsigned, at most
+/// 127 where [`Maddubs`] runs; `s` signed): lane l is `Σ u_j s_j` over bytes 4l..4l + 4.
+/// Both ways give the exact sums, so a kernel's bits do not depend on which one ran; the
+/// choice is speed (one `vpdpbusd` against `vpmaddubsw` + `vpmaddwd`).
+pub(crate) trait LaneDot {
+    /// `acc` plus the lane sums of `u · s`.
+    ///
+    /// # Safety
+    /// The CPU must have the implementation's instruction set (the caller's kernel enables
+    /// it).
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` (pairs in i16; exact while `u ≤ 127`, as 2 · 127 · 128 < 2^15) then
+/// `vpmaddwd` by ones.
+pub(crate) struct Maddubs;
+
+impl LaneDot for Maddubs {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller's kernel enables AVX2.
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(u, s);
+            _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
+    }
+}
+
+/// AVX-512 VNNI on 256-bit registers: one `vpdpbusd` (exact for every byte).
+pub(crate) struct Dpbusd;
+
+impl LaneDot for Dpbusd {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller's kernel enables AVX-512 VL and VNNI.
+        unsafe { _mm256_dpbusd_epi32(acc, u, s) }
+    }
+}

@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Prints one JSON object: `{"prompt_tokens": [...], "tokens": [...], "top": [[[id, logit],
-//! ...K] per generated token]}`. Every step is a plain decode step (the prompt in one
-//! forward, then one token per forward), as `dspark generate` without a drafter runs it;
+//! ...K] per generated token]}`. Every step is a plain decode step (the prompt in forwards
+//! of up to 512 positions in the prompt order, then one token per forward), as `dspark
+//! generate` without a drafter runs it;
 //! the next token is the first largest logit, as [`dspark_runtime::generate::argmax`] picks.
 
 use std::error::Error;
@@ -65,7 +66,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         ids.truncate(k);
         ids.into_iter().map(|i| (i, logits[i])).collect::<Vec<_>>()
     };
-    let mut logits = session.forward_commit(&prompt, &[], Logits::Last)?.logits;
+    // The prompt as `dspark generate` prefills it: chunks of PREFILL_CHUNK, in llama.cpp's
+    // prompt order.
+    let mut logits = Vec::new();
+    for chunk in prompt.chunks(dspark_runtime::generate::PREFILL_CHUNK) {
+        logits =
+            dspark_quant::gemm::prompt_order(|| session.forward_commit(chunk, &[], Logits::Last))?
+                .logits;
+    }
     let (mut tokens, mut tops) = (Vec::new(), Vec::new());
     for step in 0..n {
         let next = argmax(&logits);

@@ -11,7 +11,9 @@
 //! op_check MODEL.gguf DIR [--layers N]
 //! ```
 //!
-//! Prints one line per operation: elements that differ, the largest difference.
+//! Prints one line per operation: elements that differ, the largest difference. The
+//! products take llama.cpp's prompt order (`dspark_quant::tiled`; one-column order below
+//! its 8 columns), as the dumped forward is a prompt's.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -84,6 +86,11 @@ fn report(what: &str, got: &[f32], want: &[f32]) {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
+    // llama_dump's forward is a prompt's: products in llama.cpp's prompt order.
+    dspark_quant::gemm::prompt_order(run)
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 2 {
         return Err("usage: op_check MODEL.gguf DUMP_DIR [--layers N]".into());

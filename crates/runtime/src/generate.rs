@@ -502,8 +502,12 @@ fn prefill(
             return Ok(None);
         }
         let t = Instant::now();
-        // Prefill is never undone: a recurrent target keeps nothing to undo it.
-        let f = target.forward_commit(chunk, capture, Logits::Last)?;
+        // Prefill is never undone: a recurrent target keeps nothing to undo it. Its
+        // products take llama.cpp's prompt order (`dspark_quant::tiled`), as its own
+        // prompt processing does.
+        let f = dspark_quant::gemm::prompt_order(|| {
+            target.forward_commit(chunk, capture, Logits::Last)
+        })?;
         let seconds = t.elapsed().as_secs_f64();
         stats.seconds.target += seconds;
         with_features(&f.captured, chunk.len(), seconds, stats)?;

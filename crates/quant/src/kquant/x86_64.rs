@@ -202,14 +202,6 @@ pub(crate) fn finish2(acc: __m128) -> f32 {
     _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc))
 }
 
-/// One super-block's float step for the formats without mins: the eight lanes of `isum`
-/// summed, then `acc = fma(isum, d · d_x, acc)`.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-pub(crate) fn step1(acc: f32, isum: __m256i, d: f32, dx: f32) -> f32 {
-    (crate::x86_64::hsum_i32(isum) as f32).mul_add(d * dx, acc)
-}
-
 /// The sixteen i16 lanes `m0, m0, m1, m1, …, m7, m7` of eight mins given as bytes: what
 /// `vpmaddwd` multiplies a Q8_K block's sixteen sums of sixteen with.
 #[target_feature(enable = "avx2")]

@@ -17,7 +17,6 @@ pub(crate) const TYPES: &[GgmlType] = &[
     GgmlType::Q5_1,
     GgmlType::IQ4_NL,
     GgmlType::MXFP4,
-    GgmlType::Q1_0,
 ];
 
 fn kernel_sets() -> Vec<Kernels> {

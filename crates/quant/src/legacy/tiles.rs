@@ -671,3 +671,174 @@ pub(crate) unsafe fn rows_vnni<F: TileRuns + Avx2Runs>(
         unsafe { rows_avx2::<F>(w, first + tiled, x, &mut out[tiled * n..]) };
     }
 }
+
+/// Columns sharing one pass over a tile in ggml's lane order ([`tile_lanes`]): each
+/// column holds eight accumulators, so groups stay small.
+const GROUP_LANES: usize = 2;
+
+/// One packed tile (16 rows of `nb` blocks) · G columns of a format that sums in ggml's
+/// vec_dot lane order ([`super::dot_lanes_ref`]): register k of a run's codes holds lane
+/// k (values 4k..4k + 4) of each of the 16 rows, so one `vpdpbusd` with those four
+/// activation quants broadcast is lane k's exact integer sum for every row (unsigned codes;
+/// an offset's `-OFFSET · Σq` of the four quants starts it); lane k is fused into its own
+/// accumulator with the run's scale product, the mins into another; at the end each row's
+/// eight lanes are added in [`crate::lanes::hsum8`]'s order, then its mins. Lane r of
+/// column c's result: the bits of the reference for row r. While it walks the tile it
+/// prefetches `ahead`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL, BW and VNNI plus AVX2, FMA and F16C; `tile` is one
+/// whole tile of `nb` blocks (checked).
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_lanes<F: TileRuns, const G: usize>(
+    tile: &[u8],
+    nb: usize,
+    x: &RunColumns<'_, G>,
+    ahead: Ahead,
+) -> [__m512; G] {
+    assert_eq!(tile.len(), nb * F::TILE_BLOCK_BYTES);
+    let zero = _mm512_setzero_si512();
+    let offset = _mm512_set1_epi8(F::TILE_OFFSET as i8);
+    let mut acc = [[_mm512_setzero_ps(); 8]; G];
+    let mut macc = [_mm512_setzero_ps(); G];
+    for b in 0..nb {
+        ahead.block::<F>(b);
+        // SAFETY: b < nb, so the block lies inside the tile (asserted above).
+        let p = unsafe { tile.as_ptr().add(b * F::TILE_BLOCK_BYTES) };
+        // SAFETY: p is a whole tile block; the features are this function's.
+        let (dw, mw) = unsafe { F::tile_scales(p) };
+        if F::HAS_MIN {
+            for c in 0..G {
+                macc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.s[c][b]), macc[c]);
+            }
+        }
+        for sub in 0..F::SUBS {
+            let j = b * F::SUBS + sub;
+            // SAFETY: as above.
+            let mut codes = unsafe { F::tile_codes(p, sub) };
+            if F::HIGH_X16 {
+                for code in &mut codes[4..] {
+                    // Per byte: (16 q) >> 4 within each 16-bit lane moves no bit across
+                    // bytes, as the low four bits of every byte are clear.
+                    *code = _mm512_srli_epi16::<4>(*code);
+                }
+            }
+            for c in 0..G {
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[c][j]));
+                for k in 0..8 {
+                    // SAFETY: every column covers the row's runs (RunColumns::new checked),
+                    // so quants 4k..4k + 4 of run j are readable.
+                    let xk = _mm512_set1_epi32(unsafe {
+                        x.q[c]
+                            .as_ptr()
+                            .add(j * super::RUN + 4 * k)
+                            .cast::<i32>()
+                            .read_unaligned()
+                    });
+                    let start = if F::TILE_OFFSET != 0 {
+                        _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xk))
+                    } else {
+                        zero
+                    };
+                    let sums = _mm512_dpbusd_epi32(start, codes[k], xk);
+                    acc[c][k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[c][k]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|c| {
+        let a = &acc[c];
+        let s4: [__m512; 4] = std::array::from_fn(|k| _mm512_add_ps(a[k], a[k + 4]));
+        let s2 = [_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3])];
+        let sum = _mm512_add_ps(s2[0], s2[1]);
+        if F::HAS_MIN {
+            _mm512_add_ps(sum, macc[c])
+        } else {
+            sum
+        }
+    })
+}
+
+/// The lane-order rows of a task that lie in whole packed tiles, every column, into
+/// `out` ([`tile_lanes`]); returns how many rows it did (see [`packed_rows`]).
+///
+/// # Safety
+/// As [`tile_lanes`].
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn packed_rows_lanes<F: TileRuns>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) -> usize {
+    let Some(packed) = w.packed().map(|p| p.as_bytes()) else {
+        return 0;
+    };
+    if !first.is_multiple_of(TILE_ROWS) {
+        return 0;
+    }
+    let n = x.count();
+    let k = out.len() / n;
+    let nb = w.row_bytes() / F::BLOCK_BYTES;
+    let tile_bytes = nb * F::TILE_BLOCK_BYTES;
+    let tiled = packed.len() / tile_bytes * TILE_ROWS;
+    let tiles = k.min(tiled.saturating_sub(first)) / TILE_ROWS;
+    if tiles == 0 {
+        return 0;
+    }
+    let mut done = 0;
+    while done < n {
+        let g = group_size(n, done, GROUP_LANES);
+        macro_rules! run {
+            ($g:literal) => {{
+                let cols = RunColumns::<$g>::new::<F>(x, done, nb, false);
+                for t in 0..tiles {
+                    let at = (first / TILE_ROWS + t) * tile_bytes;
+                    let ahead = Ahead {
+                        start: packed.as_ptr().wrapping_add(at + tile_bytes),
+                        on: done == 0,
+                    };
+                    let tile_at = &packed[at..at + tile_bytes];
+                    // SAFETY: the caller guarantees the CPU features; the kernel checks
+                    // the sizes.
+                    let r = unsafe { tile_lanes::<F, $g>(tile_at, nb, &cols, ahead) };
+                    let mut lanes = [0.0f32; TILE_ROWS];
+                    for (c, v) in r.into_iter().enumerate() {
+                        // SAFETY: `lanes` holds sixteen f32.
+                        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
+                        for (i, &l) in lanes.iter().enumerate() {
+                            out[(t * TILE_ROWS + i) * n + done + c] = l;
+                        }
+                    }
+                }
+            }};
+        }
+        match g {
+            2 => run!(2),
+            _ => run!(1),
+        }
+        done += g;
+    }
+    tiles * TILE_ROWS
+}
+
+/// The AVX-512 VNNI row kernel of the lane-order formats: rows in whole packed tiles by
+/// [`tile_lanes`], the others by the file-layout lane kernel (the same bits).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL, BW and VNNI plus AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn rows_lanes_vnni<F: TileRuns + Avx2Runs>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
+    let tiled = unsafe { packed_rows_lanes::<F>(w, first, x, out) };
+    if tiled * n < out.len() {
+        // SAFETY: the features are this function's.
+        unsafe { super::x86_64::rows_lanes_vnni::<F>(w, first + tiled, x, &mut out[tiled * n..]) };
+    }
+}

@@ -12,7 +12,7 @@
 //! rows' vectors into one vector of eight row sums. `vpmaddubsw` saturates its pair
 //! sums, so the codes a format feeds it are at most 127: the unsigned quants themselves
 //! (Q4_1, Q5_1), or the signed values plus an offset (`w + OFFSET`: Q4_0 8, Q5_0 16, MXFP4
-//! 12, Q1_0 1), corrected by `-OFFSET · Σq` per block (from [`Columns::q8_bias`]); IQ4_NL's
+//! 12), corrected by `-OFFSET · Σq` per block (from [`Columns::q8_bias`]); IQ4_NL's
 //! values reach ±127, so it multiplies `|q|` by its values with `q`'s sign instead
 //! ([`Avx2Runs::SIGNED`]), which is exact for every quant including -128. Every integer
 //! sum is exact, so only the float steps decide the bits, and they are the reference's.
@@ -25,6 +25,7 @@ use std::arch::x86_64::*;
 use super::{Runs32, RUN};
 use crate::columns::Columns;
 use crate::matrix::{for_each_group, group_size, Matrix};
+use crate::x86_64::{Dpbusd, LaneDot, Maddubs};
 
 /// Rows per pass (the lanes of an AVX2 register).
 pub(crate) const ROWS: usize = 8;
@@ -340,97 +341,150 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
     }
 }
 
-/// One row of a format that sums in ggml's lane order ([`super::dot_lanes_ref`]) · G
-/// columns: each run decoded once (by [`Avx2Runs::codes`]), then per column the eight
-/// lanes' exact integer sums (values as signed bytes met as `|v| · sign(q, v)`, or
-/// unsigned codes met as `code · q`), converted and fused into eight f32 lanes with the
-/// run's scale product; the mins' products fused into a scalar per column. The same bits
-/// as the reference.
+/// R rows of a format that sums in ggml's lane order ([`super::dot_lanes_ref`]) · G
+/// columns: each row's runs decoded once (by [`Avx2Runs::codes`]), then per column the
+/// eight lanes' exact integer sums (values as signed bytes met as `|v| · sign(q, v)`, or
+/// unsigned codes met as `code · q`, by `D`), converted and fused into eight f32 lanes with
+/// the run's scale product; the mins' products fused into a scalar per row and column. Row
+/// r · column c is the same instruction sequence whatever else the pass holds: the bits of
+/// the reference. Two rows in one pass give a single column two independent chains of
+/// fused adds (a decode step is otherwise bound by one chain's latency).
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; every column's scales, quants and (with a
-/// min) sums cover the row's runs ([`rows_lanes_avx2`] checks them).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_group<F: Avx2Runs, const G: usize>(
-    row: &[u8],
+/// The CPU must support AVX2, FMA and F16C and what `D` runs; every column's scales, quants
+/// and (with a min) sums cover the rows' runs ([`rows_lanes`] checks them).
+#[inline(always)]
+unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const R: usize, const G: usize>(
+    rows: [&[u8]; R],
     cols: &[LaneCol; G],
-    out: &mut [f32],
+    out: &mut [[f32; G]; R],
 ) {
-    let nb = row.len() / F::BLOCK_BYTES;
-    let base = row.as_ptr();
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); G];
-    let mut macc = [0.0f32; G];
-    let (mut dws, mut mws) = ([0.0f32; ROWS], [0.0f32; ROWS]);
-    for b in 0..nb {
-        // The matrix is streamed once: ask for the bytes 4 KiB ahead (a task's rows are
-        // contiguous, so this runs into the next rows), one cache line per 64 bytes.
-        let at = b * F::BLOCK_BYTES;
-        if at % 64 < F::BLOCK_BYTES {
-            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + 4096).cast());
-        }
-        if b % ROWS == 0 {
-            // The scales (and mins) of blocks b..b + 8 in one conversion; past the row's end
-            // the last block stands in (its lanes are never read).
-            let ps: [*const u8; ROWS] = std::array::from_fn(|k| {
-                // SAFETY: the index is clamped to the row's last block.
-                unsafe { base.add((b + k).min(nb - 1) * F::BLOCK_BYTES) }
-            });
-            // SAFETY: every pointer points at a whole block of the row.
-            let (d8, m8) = unsafe { F::scales8(&ps) };
-            // SAFETY: both arrays hold eight f32.
-            unsafe {
-                _mm256_storeu_ps(dws.as_mut_ptr(), d8);
-                _mm256_storeu_ps(mws.as_mut_ptr(), m8);
+    // SAFETY: the caller enables the instruction sets (AVX2, FMA, F16C and D's) and
+    // guarantees whole blocks in every row and runs in every column: every pointer below
+    // stays inside them (the scale lookups clamp to the last block).
+    unsafe {
+        let nb = rows[0].len() / F::BLOCK_BYTES;
+        let base: [*const u8; R] = rows.map(|r| r.as_ptr());
+        let zero = _mm256_setzero_si256();
+        let mut acc = [[_mm256_setzero_ps(); G]; R];
+        let mut macc = [[0.0f32; G]; R];
+        let (mut dws, mut mws) = ([[0.0f32; ROWS]; R], [[0.0f32; ROWS]; R]);
+        for b in 0..nb {
+            // The matrix is streamed once: ask for the bytes 4 KiB ahead (a task's rows are
+            // contiguous, so this runs into the next rows), one cache line per 64 bytes.
+            let at = b * F::BLOCK_BYTES;
+            if at % 64 < F::BLOCK_BYTES {
+                for r in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>(base[r].wrapping_add(at + 4096).cast());
+                }
             }
-        }
-        let dw = dws[b % ROWS];
-        if F::HAS_MIN {
-            let m = mws[b % ROWS];
-            for c in 0..G {
-                // SAFETY: the columns cover nb blocks (the caller's guarantee).
-                macc[c] = m.mul_add(unsafe { *cols[c].s.add(b) }, macc[c]);
+            if b % ROWS == 0 {
+                for r in 0..R {
+                    // The scales (and mins) of blocks b..b + 8 in one conversion; past the
+                    // row's end the last block stands in (its lanes are never read).
+                    let ps: [*const u8; ROWS] = std::array::from_fn(|k| {
+                        // the index is clamped to the row's last block.
+                        base[r].add((b + k).min(nb - 1) * F::BLOCK_BYTES)
+                    });
+                    // every pointer points at a whole block of the row; the caller
+                    // enables the features.
+                    let (d8, m8) = F::scales8(&ps);
+                    // both arrays hold eight f32.
+                    _mm256_storeu_ps(dws[r].as_mut_ptr(), d8);
+                    _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
+                }
             }
-        }
-        for sub in 0..F::SUBS {
-            let j = b * F::SUBS + sub;
-            // SAFETY: block b < nb is a whole block of the row.
-            let codes = unsafe { F::codes(base.add(b * F::BLOCK_BYTES), sub) };
-            let signed = if F::SIGNED {
-                codes
-            } else {
-                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
-            };
-            let mag = _mm256_sign_epi8(signed, signed);
-            for c in 0..G {
-                // SAFETY: run j's scale and 32 quants lie inside the column (the caller's
-                // guarantee).
-                let (dx, qx) = unsafe {
-                    (
+            if F::HAS_MIN {
+                for c in 0..G {
+                    // the columns cover nb blocks (the caller's guarantee).
+                    let s = *cols[c].s.add(b);
+                    for r in 0..R {
+                        macc[r][c] = mws[r][b % ROWS].mul_add(s, macc[r][c]);
+                    }
+                }
+            }
+            for sub in 0..F::SUBS {
+                let j = b * F::SUBS + sub;
+                let mut unsigned = [zero; R];
+                let mut signed = [zero; R];
+                for r in 0..R {
+                    // block b < nb is a whole block of the row; the caller enables the
+                    // features.
+                    let codes = F::codes(base[r].add(at), sub);
+                    if F::SIGNED || F::OFFSET != 0 {
+                        let v = if F::SIGNED {
+                            codes
+                        } else {
+                            _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
+                        };
+                        signed[r] = v;
+                        unsigned[r] = _mm256_sign_epi8(v, v);
+                    } else {
+                        unsigned[r] = codes;
+                    }
+                }
+                for c in 0..G {
+                    // run j's scale and 32 quants lie inside the column (the caller's
+                    // guarantee).
+                    let (dx, qx) = (
                         *cols[c].d.add(j),
                         _mm256_loadu_si256(cols[c].q.add(j * RUN).cast()),
-                    )
-                };
-                let pairs = if F::SIGNED || F::OFFSET != 0 {
-                    _mm256_maddubs_epi16(mag, _mm256_sign_epi8(qx, signed))
-                } else {
-                    _mm256_maddubs_epi16(codes, qx)
-                };
-                let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), lanes, acc[c]);
+                    );
+                    for r in 0..R {
+                        let s = if F::SIGNED || F::OFFSET != 0 {
+                            _mm256_sign_epi8(qx, signed[r])
+                        } else {
+                            qx
+                        };
+                        // the caller enables D's instruction set.
+                        let sums = D::dot(zero, unsigned[r], s);
+                        let scale = _mm256_set1_ps(dws[r][b % ROWS] * dx);
+                        acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][c]);
+                    }
+                }
             }
         }
-    }
-    for c in 0..G {
-        let sum = crate::x86_64::hsum(acc[c]);
-        out[c] = if F::HAS_MIN { sum + macc[c] } else { sum };
+        for r in 0..R {
+            for c in 0..G {
+                let sum = crate::x86_64::hsum(acc[r][c]);
+                out[r][c] = if F::HAS_MIN { sum + macc[r][c] } else { sum };
+            }
+        }
     }
 }
 
-/// Columns sharing one pass of [`lanes_group`] over a row (a verify's eight in one).
+/// [`lanes_block`] on AVX2.
+///
+/// # Safety
+/// As [`lanes_block`]; the CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_block_avx2<F: Avx2Runs, const R: usize, const G: usize>(
+    rows: [&[u8]; R],
+    cols: &[LaneCol; G],
+    out: &mut [[f32; G]; R],
+) {
+    // SAFETY: the caller's guarantees; the features are this function's.
+    unsafe { lanes_block::<F, Maddubs, R, G>(rows, cols, out) }
+}
+
+/// [`lanes_block`] with `vpdpbusd`.
+///
+/// # Safety
+/// As [`lanes_block`]; the CPU must support AVX2, FMA, F16C and AVX-512 F, VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn lanes_block_vnni<F: Avx2Runs, const R: usize, const G: usize>(
+    rows: [&[u8]; R],
+    cols: &[LaneCol; G],
+    out: &mut [[f32; G]; R],
+) {
+    // SAFETY: the caller's guarantees; the features are this function's.
+    unsafe { lanes_block::<F, Dpbusd, R, G>(rows, cols, out) }
+}
+
+/// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
 const LANE_GROUP: usize = 8;
 
-/// A column as [`lanes_group`] reads it: its run scales, quants and (Q8_1) block sums.
+/// A column as [`lanes_block`] reads it: its run scales, quants and (Q8_1) block sums.
 #[derive(Clone, Copy)]
 struct LaneCol {
     d: *const f32,
@@ -439,17 +493,17 @@ struct LaneCol {
 }
 
 /// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
-/// into `out`, columns in groups of up to [`LANE_GROUP`]; a column's bits never depend on
-/// its group.
+/// into `out`: one or two columns two rows per pass, more in groups of up to
+/// [`LANE_GROUP`] one row per pass; a product's bits never depend on its pass.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
+/// The CPU must support AVX2, FMA and F16C, and with `vnni` AVX-512 F, VL and VNNI.
+unsafe fn rows_lanes<F: Avx2Runs>(
     w: &Matrix<'_>,
     first: usize,
     x: &Columns<'_>,
     out: &mut [f32],
+    vnni: bool,
 ) {
     let n = x.count();
     let nb = w.cols / RUN / F::SUBS;
@@ -466,23 +520,101 @@ pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
             }
         })
         .collect();
-    for_each_group(out, n, LANE_GROUP, |i, done, o| {
-        let row = w.row(first + i);
-        assert_eq!(row.len(), nb * F::BLOCK_BYTES);
-        let c = |k: usize| cols[done + k];
-        // SAFETY: the features are this function's; the columns cover nb blocks (asserted
-        // above) and the row is nb whole blocks.
-        unsafe {
-            match o.len() {
-                8 => lanes_group::<F, 8>(row, &std::array::from_fn(c), o),
-                7 => lanes_group::<F, 7>(row, &std::array::from_fn(c), o),
-                6 => lanes_group::<F, 6>(row, &std::array::from_fn(c), o),
-                5 => lanes_group::<F, 5>(row, &std::array::from_fn(c), o),
-                4 => lanes_group::<F, 4>(row, &[c(0), c(1), c(2), c(3)], o),
-                3 => lanes_group::<F, 3>(row, &[c(0), c(1), c(2)], o),
-                2 => lanes_group::<F, 2>(row, &[c(0), c(1)], o),
-                _ => lanes_group::<F, 1>(row, &[c(0)], o),
+    let row = |i: usize| {
+        let r = w.row(first + i);
+        assert_eq!(r.len(), nb * F::BLOCK_BYTES);
+        r
+    };
+    macro_rules! block {
+        ($r:literal, $g:literal, $rows:expr, $cols:expr, $o:expr) => {
+            // SAFETY: the caller guarantees the features; the columns cover nb blocks
+            // (asserted above) and every row is nb whole blocks.
+            unsafe {
+                if vnni {
+                    lanes_block_vnni::<F, $r, $g>($rows, $cols, $o)
+                } else {
+                    lanes_block_avx2::<F, $r, $g>($rows, $cols, $o)
+                }
             }
+        };
+    }
+    if n <= 2 {
+        let k = out.len() / n;
+        let mut i = 0;
+        while i < k {
+            let pair = i + 1 < k;
+            match (n, pair) {
+                (1, true) => {
+                    let mut o = [[0.0f32; 1]; 2];
+                    block!(2, 1, [row(i), row(i + 1)], &[cols[0]], &mut o);
+                    out[i] = o[0][0];
+                    out[i + 1] = o[1][0];
+                }
+                (1, false) => {
+                    let mut o = [[0.0f32; 1]; 1];
+                    block!(1, 1, [row(i)], &[cols[0]], &mut o);
+                    out[i] = o[0][0];
+                }
+                (_, true) => {
+                    let mut o = [[0.0f32; 2]; 2];
+                    block!(2, 2, [row(i), row(i + 1)], &[cols[0], cols[1]], &mut o);
+                    out[2 * i..2 * i + 4].copy_from_slice(o.as_flattened());
+                }
+                (_, false) => {
+                    let mut o = [[0.0f32; 2]; 1];
+                    block!(1, 2, [row(i)], &[cols[0], cols[1]], &mut o);
+                    out[2 * i..2 * i + 2].copy_from_slice(o.as_flattened());
+                }
+            }
+            i += if pair { 2 } else { 1 };
+        }
+        return;
+    }
+    for_each_group(out, n, LANE_GROUP, |i, done, o| {
+        macro_rules! group {
+            ($g:literal) => {{
+                let mut r = [[0.0f32; $g]; 1];
+                let c: &[LaneCol; $g] = cols[done..done + $g].try_into().expect("a group");
+                block!(1, $g, [row(i)], c, &mut r);
+                o.copy_from_slice(&r[0]);
+            }};
+        }
+        match o.len() {
+            8 => group!(8),
+            7 => group!(7),
+            6 => group!(6),
+            5 => group!(5),
+            4 => group!(4),
+            3 => group!(3),
+            _ => unreachable!("groups of three to eight columns when n > 2"),
         }
     });
+}
+
+/// [`rows_lanes`] with the AVX2 lane sums.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's guarantee.
+    unsafe { rows_lanes::<F>(w, first, x, out, false) }
+}
+
+/// [`rows_lanes`] with `vpdpbusd` lane sums.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F, VL and VNNI.
+pub(crate) unsafe fn rows_lanes_vnni<F: Avx2Runs>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's guarantee.
+    unsafe { rows_lanes::<F>(w, first, x, out, true) }
 }

@@ -183,3 +183,24 @@ pub(crate) unsafe fn dequantize_avx2(q: &[u8], y: &mut [f32]) {
         }
     }
 }
+
+impl crate::legacy::x86_64::Avx2Runs for super::Q8_0 {
+    const SIGNED: bool = true;
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn codes(p: *const u8, _sub: usize) -> __m256i {
+        // SAFETY: the caller guarantees a whole block: the 32 quants at 2..34.
+        unsafe { _mm256_loadu_si256(p.add(2).cast()) }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn scales8(ps: &[*const u8; crate::legacy::x86_64::ROWS]) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees whole blocks, which start with d.
+        (
+            unsafe { crate::legacy::x86_64::f16x8(ps, 0) },
+            _mm256_setzero_ps(),
+        )
+    }
+}

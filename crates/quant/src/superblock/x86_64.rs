@@ -1,9 +1,9 @@
-//! The row-kernel skeleton of the superblock formats ([`crate::superblock`]): columns in
-//! groups of up to [`GROUP`], each superblock decoded once per group and its integer sums
-//! taken for every column of the group ([`Superblock::isums`], the format's part), reduced
-//! exactly to one i32 per column, then the float steps of [`crate::superblock::dot`] per
-//! column in scalar registers. Column c's operations do not depend on the group, so one
-//! column alone and the same column among others give the same bits.
+//! The row-kernel skeleton of the ternary superblock formats ([`crate::superblock`]):
+//! columns in groups of up to [`GROUP`], each superblock decoded once per group and its
+//! eight integer lanes taken for every column of the group ([`Superblock::isums`], the
+//! format's part), then ggml's float steps per column on those lanes. Column c's operations
+//! do not depend on the group, so one column alone and the same column among others give
+//! the same bits.
 
 // The kernels walk several per-column arrays by one index.
 #![allow(clippy::needless_range_loop)]
@@ -39,15 +39,14 @@ pub(crate) struct Q8kBlock {
 pub(crate) trait Superblock {
     /// Bytes per superblock.
     const BYTES: usize;
-    /// The factor applied to the f32 sum at the end (1 or IQ1's 1/8).
-    const FINAL: f32;
     /// The f16 bits of the superblock scale `d_w`.
     ///
     /// # Safety
     /// `block` points at a whole superblock.
     unsafe fn d_bits(block: *const u8) -> u16;
-    /// For each column c, eight i32 lanes whose sum is the column's exact `isum` of this
-    /// superblock (as the format's `dot_ref` defines it).
+    /// For each column c, the eight i32 lanes of ggml's `vec_dot` for this superblock (as
+    /// the format's `dot_ref` defines them: lane l holds the products of the values
+    /// `(v mod 32) / 4 == l`, less the format's correction).
     ///
     /// # Safety
     /// The CPU must have the instruction sets of the kernel table that reaches this
@@ -56,24 +55,11 @@ pub(crate) trait Superblock {
     unsafe fn isums<const G: usize>(block: *const u8, x: [Q8kBlock; G]) -> [__m256i; G];
 }
 
-/// The sums of the eight i32 lanes of four vectors, in the four lanes of one (exact while
-/// they fit in i32): a `vphaddd` tree.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[inline(always)]
-unsafe fn tree4(v: [__m256i; 4]) -> __m128i {
-    // SAFETY: the caller guarantees AVX2.
-    unsafe {
-        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
-    }
-}
-
-/// One row · G columns (`d[c]`, `q[c]`, `s[c]`: column c's block scales, quants and sums).
-/// The float steps run for four columns at a time in the lanes of one register (lane c:
-/// `fma(d_w · d_x[c], isum[c], acc[c])`, then the final factor), each lane the scalar
-/// reference's operations, so the same bits whatever the group.
+/// One row · G columns (`d[c]`, `q[c]`, `s[c]`: column c's block scales, quants and
+/// sums), in ggml's order: per superblock and column, the eight lanes converted and fused
+/// into eight f32 accumulators with `d_x · d_w` (`acc_l = fma(lane_l, d, acc_l)`), one
+/// [`crate::lanes::hsum8`] per column at the end. Column c's operations do not depend on
+/// the group, so one column alone and among others give the same bits.
 ///
 /// # Safety
 /// The CPU must support the instruction sets `F` needs (AVX2, FMA and F16C at least);
@@ -90,10 +76,10 @@ unsafe fn group<F: Superblock, const G: usize>(
     for c in 0..G {
         assert!(d[c].len() >= nb && q[c].len() >= nb * QK_K && s[c].len() >= nb * 16);
     }
-    assert!(G <= 8 && out.len() >= G);
+    assert!(out.len() >= G);
     let w = row.as_ptr();
     // SAFETY: the caller guarantees AVX2, FMA and F16C.
-    let mut acc = unsafe { [_mm_setzero_ps(); 2] };
+    let mut acc = unsafe { [_mm256_setzero_ps(); G] };
     for b in 0..nb {
         // The matrix is streamed once (rows of a task are contiguous): ask for the bytes
         // PREFETCH ahead, into the next rows.
@@ -111,120 +97,28 @@ unsafe fn group<F: Superblock, const G: usize>(
                 bsums: s[c].as_ptr().add(b * 16),
             });
             let v = F::isums::<G>(blk, x);
-            let dw = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(F::d_bits(blk))));
-            let dw = _mm_broadcastss_ps(dw);
-            for (j, a) in acc.iter_mut().enumerate().take(G.div_ceil(4)) {
-                let mut quad = [_mm256_setzero_si256(); 4];
-                let mut dx = [0.0f32; 4];
-                for k in 0..4 {
-                    if 4 * j + k < G {
-                        quad[k] = v[4 * j + k];
-                        dx[k] = d[4 * j + k][b];
-                    }
-                }
-                let sums = _mm_cvtepi32_ps(tree4(quad));
-                let scale = _mm_mul_ps(dw, _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
-                *a = _mm_fmadd_ps(scale, sums, *a);
+            let dw = crate::x86_64::f16_to_f32(F::d_bits(blk));
+            for c in 0..G {
+                let scale = _mm256_set1_ps(d[c][b] * dw);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v[c]), scale, acc[c]);
             }
         }
     }
-    // SAFETY: the caller guarantees AVX2; `lanes` holds eight f32.
-    unsafe {
-        let mut lanes = [0.0f32; 8];
-        for (j, a) in acc.iter().enumerate() {
-            let mut v = *a;
-            if F::FINAL != 1.0 {
-                v = _mm_mul_ps(v, _mm_set1_ps(F::FINAL));
-            }
-            _mm_storeu_ps(lanes.as_mut_ptr().add(4 * j), v);
-        }
-        out[..G].copy_from_slice(&lanes[..G]);
+    for c in 0..G {
+        // SAFETY: the caller guarantees AVX2.
+        out[c] = unsafe { crate::x86_64::hsum(acc[c]) };
     }
 }
 
-/// Four rows · one column (`d`, `q`, `s`: its block scales, quants and sums): the rows'
-/// integer sums of a superblock reduced in one tree and their float steps in the four
-/// lanes of one register, each lane the same operations as [`group`]'s for one column
-/// (`fma(d_w · d_x, isum, acc)`, then the final factor), so the same bits.
-///
-/// # Safety
-/// The CPU must support the instruction sets `F` needs (AVX2, FMA and F16C at least);
-/// every row is whole superblocks, as many as the column covers (checked).
-#[inline(always)]
-unsafe fn four_rows<F: Superblock>(
-    rows: [&[u8]; 4],
-    d: &[f32],
-    q: &[i8],
-    s: &[i16],
-    out: &mut [f32; 4],
-) {
-    let nb = rows[0].len() / F::BYTES;
-    assert!(rows.iter().all(|r| r.len() == rows[0].len()));
-    assert!(d.len() >= nb && q.len() >= nb * QK_K && s.len() >= nb * 16);
-    let w = rows.map(|r| r.as_ptr());
-    // SAFETY: the caller guarantees AVX2, FMA and F16C.
-    let mut acc = unsafe { _mm_setzero_ps() };
-    for b in 0..nb {
-        for r in w {
-            let ahead = r.wrapping_add(b * F::BYTES + PREFETCH);
-            // SAFETY: a prefetch never faults; SSE is part of x86-64.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.cast()) };
-        }
-        // SAFETY: b < nb, so superblock b lies in every row and block b in the column
-        // (asserted above); the caller guarantees the CPU features.
-        unsafe {
-            let x = [Q8kBlock {
-                q: q.as_ptr().add(b * QK_K),
-                bsums: s.as_ptr().add(b * 16),
-            }];
-            let blk = w.map(|r| r.add(b * F::BYTES));
-            // No closures around intrinsics here: a closure would not inherit the target
-            // features of the function this is inlined into.
-            let v = [
-                F::isums::<1>(blk[0], x)[0],
-                F::isums::<1>(blk[1], x)[0],
-                F::isums::<1>(blk[2], x)[0],
-                F::isums::<1>(blk[3], x)[0],
-            ];
-            let sums = tree4(v);
-            let bits = blk.map(|p| F::d_bits(p) as i16);
-            let dw = _mm_cvtph_ps(_mm_setr_epi16(
-                bits[0], bits[1], bits[2], bits[3], 0, 0, 0, 0,
-            ));
-            let scale = _mm_mul_ps(dw, _mm_set1_ps(d[b]));
-            acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(sums), acc);
-        }
-    }
-    // SAFETY: the caller guarantees AVX2; `out` holds four f32.
-    unsafe {
-        if F::FINAL != 1.0 {
-            acc = _mm_mul_ps(acc, _mm_set1_ps(F::FINAL));
-        }
-        _mm_storeu_ps(out.as_mut_ptr(), acc);
-    }
-}
-
-/// Rows `first..first + out.len() / n` · all n columns, row-major into `out`: one column
-/// four rows at a time ([`four_rows`]), several columns in groups of up to [`GROUP`].
+/// Rows `first..first + out.len() / n` · all n columns, row-major into `out`, columns in
+/// groups of up to [`GROUP`].
 ///
 /// # Safety
 /// The CPU must support the instruction sets `F` needs.
 #[inline(always)]
 unsafe fn rows<F: Superblock>(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
     let n = x.count();
-    let mut i0 = 0;
-    if n == 1 {
-        let (d, q) = x.q8(0);
-        let s = x.q8_bsums(0);
-        for (i, o) in out.chunks_exact_mut(4).enumerate() {
-            let rows = std::array::from_fn(|r| w.row(first + 4 * i + r));
-            let o: &mut [f32; 4] = o.try_into().expect("four outputs");
-            // SAFETY: the caller guarantees the CPU features; `four_rows` checks sizes.
-            unsafe { four_rows::<F>(rows, d, q, s, o) };
-        }
-        i0 = out.len() / 4 * 4;
-    }
-    for (i, row_out) in out.chunks_exact_mut(n).enumerate().skip(i0) {
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first + i);
         let mut done = 0;
         while done < n {

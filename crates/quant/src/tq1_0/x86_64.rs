@@ -93,7 +93,6 @@ pub(crate) struct Tq1<const VNNI: bool>;
 
 impl<const VNNI: bool> Superblock for Tq1<VNNI> {
     const BYTES: usize = BLOCK_BYTES;
-    const FINAL: f32 = 1.0;
 
     #[inline(always)]
     unsafe fn d_bits(block: *const u8) -> u16 {

@@ -329,8 +329,17 @@ impl<M: HasDecoder> Target for DecoderSession<M> {
                 );
             }
             lw.output_residual(bytes, &attn, &mut x);
-            // 4. SwiGLU FFN.
-            lw.ffn_residual(bytes, &mut x, dims, d.eps);
+            // 4. SwiGLU FFN. After the last layer's attention only the rows that give
+            // logits go on, as in llama.cpp's graph (`inp_out_ids`): with `Logits::Last`
+            // the last layer's FFN runs on the last row alone (unless the layer is
+            // captured), so a prompt's last FFN products are one-column ones there too.
+            let rows_on =
+                if which == Logits::Last && li + 1 == d.layers.len() && !capture.contains(&li) {
+                    (n - 1) * h
+                } else {
+                    0
+                };
+            lw.ffn_residual(bytes, &mut x[rows_on..], dims, d.eps);
             // 5. Capture: the residual stream after this layer, before the final norm.
             for (slot, _) in capture.iter().enumerate().filter(|(_, &l)| l == li) {
                 for t in 0..n {
