@@ -119,15 +119,6 @@ pub trait BlockFormat: Sized {
     /// Reference quantization of whole blocks, bit-exact with ggml / gguf-py, for the
     /// formats dspark writes (`None` for those it only reads).
     const QUANTIZE_REF: Option<QuantizeFn> = None;
-
-    /// The order of llama.cpp's products in a prompt's forward, where it differs from
-    /// [`BlockFormat::dot_ref`] (the tiled kernels of the k- and i-quants: [`crate::tiled`]).
-    const PROMPT_DOT: Option<DotFn> = None;
-
-    /// The order of llama.cpp's prompt products with the matrices it re-lays at load
-    /// ([`FormatKernels::relaid_rows`]) for columns in whole groups of four; the columns
-    /// past them take `dot_ref`.
-    const RELAID_PROMPT_DOT: Option<DotFn> = None;
     /// The index of the first value whose encoding is NaN or infinite (for a block format,
     /// the first value of the first block with a non-finite scale), or `None`.
     fn first_non_finite(bytes: &[u8]) -> Option<usize> {
@@ -207,19 +198,11 @@ impl FormatKernels {
             dot_ref: F::dot_ref,
             first_non_finite: F::first_non_finite,
             pack: None,
-            prompt_rows: if F::PROMPT_DOT.is_some() {
-                Some(prompt_rows_ref::<F>)
-            } else {
-                None
-            },
-            prompt_dot_ref: F::PROMPT_DOT,
+            prompt_rows: None,
+            prompt_dot_ref: None,
             relaid_rows: 0,
-            relaid_prompt_rows: if F::RELAID_PROMPT_DOT.is_some() {
-                Some(relaid_prompt_rows_ref::<F>)
-            } else {
-                None
-            },
-            relaid_prompt_dot_ref: F::RELAID_PROMPT_DOT,
+            relaid_prompt_rows: None,
+            relaid_prompt_dot_ref: None,
         }
     }
 
@@ -296,44 +279,6 @@ impl FormatKernels {
 /// The scalar row kernel of format `F`: `F::dot_ref` for each row and column.
 pub fn rows_ref<F: BlockFormat>(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
     rows_by_dot(w, first, x, out, F::dot_ref)
-}
-
-/// Rows · columns by `F`'s prompt order ([`BlockFormat::PROMPT_DOT`]).
-///
-/// # Panics
-/// If `F` has none.
-pub fn prompt_rows_ref<F: BlockFormat>(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) {
-    let dot = F::PROMPT_DOT.expect("a format with a prompt order");
-    rows_by_dot(w, first, x, out, dot)
-}
-
-/// Rows · columns of a prompt with a re-laid matrix of `F`
-/// ([`BlockFormat::RELAID_PROMPT_DOT`]): the columns in whole groups of four in that order,
-/// the others (at most three) by `dot_ref`, as llama.cpp's re-laid kernels split them.
-///
-/// # Panics
-/// If `F` has no such order.
-pub fn relaid_prompt_rows_ref<F: BlockFormat>(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) {
-    let grouped = F::RELAID_PROMPT_DOT.expect("a format with a re-laid prompt order");
-    let n = x.count();
-    let whole = n - n % 4;
-    rows_by_dot(w, first, x, out, |row, x, c| {
-        if c < whole {
-            grouped(row, x, c)
-        } else {
-            F::dot_ref(row, x, c)
-        }
-    })
 }
 
 /// A row kernel from a one-row, one-column dot product: `dot` for each row and column.

@@ -110,46 +110,28 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Superblock `blk`'s exact integer sum with Q8_K quants `q` (256), in eighths:
-/// `Σ_r ls_r · Σ_j (8·grid_j + δ_group(j)) · q_j`.
-fn isum8(blk: &[u8], q: &[i8]) -> i32 {
-    (0..16)
-        .map(|r| {
-            let s: i32 = (16 * r..16 * r + 16)
-                .map(|k| {
-                    let g = k / 8;
-                    let v = i32::from(iq1s_grid::value(grid_index(blk, g), k % 8));
-                    (8 * v + delta_sign(blk, g)) * i32::from(q[k])
-                })
-                .sum();
-            run_scale(blk, r) * s
-        })
-        .sum()
-}
-
 /// The IQ1_M format.
 pub struct Iq1M;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Iq1M {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        // isum8 is in eighths: d_w = d / 8, as llama.cpp's tile holds it.
-        let _ = bsums;
-        SuperSums {
-            d: scale(b) * 0.125,
-            dmin: 0.0,
-            s1: isum8(b, xq),
-            s2: 0,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        // In eighths: `8 · grid + δ`, so `d_w = d / 8`, as llama.cpp's tile holds it.
+        for (v, w) in out.w.iter_mut().enumerate() {
+            let g = iq1s_grid::value(grid_index(b, v / 8), v % 8);
+            *w = (8 * i32::from(g) + delta_sign(b, v / 8)) as i8;
         }
+        for t in 0..16 {
+            out.sc[t] = run_scale(b, t) as i16;
+        }
+        out.min = [0; 16];
+        (out.d, out.dmin) = (scale(b) * 0.125, 0.0);
     }
 }
 
 impl BlockFormat for Iq1M {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq1M>);
-
     const TYPE: GgmlType = GgmlType::IQ1_M;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16Nibbles(SCALES_AT)];
@@ -184,9 +166,11 @@ impl BlockFormat for Iq1M {
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
-        // The scalar reference (a kernel in ggml's lane order is still to be written).
-        let _ = cpu;
-        FormatKernels::reference::<Iq1M>()
+        // The scalar reference (a kernel in ggml's lane order is still to be written);
+        // the prompt orders have their kernels.
+        let mut k = FormatKernels::reference::<Iq1M>();
+        crate::tiled::install::<Iq1M, 0>(&mut k, cpu);
+        k
     }
 }
 

@@ -98,46 +98,29 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Superblock `blk`'s exact integer sum with Q8_K quants `q` (256), in eighths:
-/// `Σ_ib ls_ib · Σ_j (8·grid_j + δ_ib) · q_j`.
-fn isum8(blk: &[u8], q: &[i8]) -> i32 {
-    (0..8)
-        .map(|ib| {
-            let delta = delta_sign(blk, ib);
-            let s: i32 = (0..32)
-                .map(|j| {
-                    let g = i32::from(iq1s_grid::value(grid_index(blk, ib, j / 8), j % 8));
-                    (8 * g + delta) * i32::from(q[32 * ib + j])
-                })
-                .sum();
-            sub_scale(blk, ib) * s
-        })
-        .sum()
-}
-
 /// The IQ1_S format.
 pub struct Iq1S;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Iq1S {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        // isum8 is in eighths: d_w = d / 8, as llama.cpp's tile holds it.
-        let _ = bsums;
-        SuperSums {
-            d: f16_at(b, 0) * 0.125,
-            dmin: 0.0,
-            s1: isum8(b, xq),
-            s2: 0,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        // In eighths: `8 · grid + δ`, so `d_w = d / 8`, as llama.cpp's tile holds it.
+        for (v, w) in out.w.iter_mut().enumerate() {
+            let ib = v / 32;
+            let g = iq1s_grid::value(grid_index(b, ib, (v % 32) / 8), v % 8);
+            *w = (8 * i32::from(g) + delta_sign(b, ib)) as i8;
         }
+        for t in 0..16 {
+            out.sc[t] = sub_scale(b, t / 2) as i16;
+        }
+        out.min = [0; 16];
+        (out.d, out.dmin) = (f16_at(b, 0) * 0.125, 0.0);
     }
 }
 
 impl BlockFormat for Iq1S {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq1S>);
-
     const TYPE: GgmlType = GgmlType::IQ1_S;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];
@@ -176,9 +159,11 @@ impl BlockFormat for Iq1S {
     }
 
     fn kernels(cpu: Detected) -> FormatKernels {
-        // The scalar reference (a kernel in ggml's lane order is still to be written).
-        let _ = cpu;
-        FormatKernels::reference::<Iq1S>()
+        // The scalar reference (a kernel in ggml's lane order is still to be written);
+        // the prompt orders have their kernels.
+        let mut k = FormatKernels::reference::<Iq1S>();
+        crate::tiled::install::<Iq1S, 0>(&mut k, cpu);
+        k
     }
 }
 

@@ -73,18 +73,16 @@ impl Lattice for Iq3Xxs {
     }
 }
 
-/// llama.cpp's prompt order (the lattice module's integer lanes summed; `d_w = d · F`).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Iq3Xxs {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        crate::iq_lattice::super_sums::<Self>(b, xq, bsums)
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        crate::iq_lattice::decode_tiled::<Self>(b, out)
     }
 }
 
 impl BlockFormat for Iq3Xxs {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq3Xxs>);
-
     const TYPE: GgmlType = GgmlType::IQ3_XXS;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];

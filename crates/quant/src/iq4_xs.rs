@@ -107,25 +107,23 @@ pub(crate) fn block_lanes(blk: &[u8], q: &[i8]) -> [i32; 8] {
 /// The IQ4_XS format.
 pub struct Iq4Xs;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Iq4Xs {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let _ = bsums;
-        SuperSums {
-            d: f16_at(b, 0),
-            dmin: 0.0,
-            s1: crate::tiled::lane_total(&block_lanes(b, xq)),
-            s2: 0,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = value(b, v / 32, v % 32);
         }
+        for t in 0..16 {
+            out.sc[t] = sub_scale(b, t / 2) as i16;
+        }
+        out.min = [0; 16];
+        (out.d, out.dmin) = (f16_at(b, 0), 0.0);
     }
 }
 
 impl BlockFormat for Iq4Xs {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Iq4Xs>);
-
     const TYPE: GgmlType = GgmlType::IQ4_XS;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(0)];
@@ -149,6 +147,7 @@ impl BlockFormat for Iq4Xs {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Iq4Xs>();
+        crate::tiled::install::<Iq4Xs, 0>(&mut k, cpu);
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {

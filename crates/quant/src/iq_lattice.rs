@@ -135,20 +135,20 @@ pub fn lane_sums<L: Lattice>(block: &[u8], x: &[i8]) -> [i32; 8] {
     lanes
 }
 
-/// One super-block's sums in llama.cpp's prompt order ([`crate::tiled`]): the lanes'
-/// total, `d_w = d · F`.
-pub(crate) fn super_sums<L: Lattice>(
-    block: &[u8],
-    x: &[i8],
-    bsums: &[i16],
-) -> crate::tiled::SuperSums {
-    let _ = bsums;
-    crate::tiled::SuperSums {
-        d: f16_bits_to_f32(u16::from_le_bytes([block[0], block[1]])) * L::FACTOR,
-        dmin: 0.0,
-        s1: crate::tiled::lane_total(&lane_sums::<L>(block, x)),
-        s2: 0,
+/// One super-block decoded for llama.cpp's prompt orders ([`crate::tiled`]): the values
+/// `grid · sign`, the scales `2·ls + 1`, `d_w = d · F`.
+pub(crate) fn decode_tiled<L: Lattice>(block: &[u8], out: &mut crate::tiled::Decoded) {
+    let dec = L::decode(block);
+    for (v, w) in out.w.iter_mut().enumerate() {
+        let g = i32::from(dec.grid[v]);
+        *w = (if dec.is_negative(v) { -g } else { g }) as i8;
     }
+    for t in 0..16 {
+        out.sc[t] = (2 * i32::from(dec.ls[t]) + 1) as i16;
+    }
+    out.min = [0; 16];
+    out.d = f16_bits_to_f32(dec.d) * L::FACTOR;
+    out.dmin = 0.0;
 }
 
 /// Reference dot product of a row of format `L` with column `c` of `x` (Q8_K), in the
@@ -172,9 +172,10 @@ pub fn dot_ref<L: Lattice>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
 /// row kernels where the CPU has them.
 pub(crate) fn kernels<F>(cpu: Detected) -> FormatKernels
 where
-    F: BlockFormat + Lattice + LatticeKernels,
+    F: BlockFormat + Lattice + LatticeKernels + crate::tiled::TiledOrder,
 {
     let mut k = FormatKernels::reference::<F>();
+    crate::tiled::install::<F, 0>(&mut k, cpu);
     debug_assert_eq!(<F as BlockFormat>::ACTIVATION, Activation::Q8_K);
     #[cfg(target_arch = "x86_64")]
     {

@@ -105,40 +105,6 @@ pub(crate) fn min_sum(mins: &[u8], per: usize, bsums: &[i16]) -> i32 {
         .sum()
 }
 
-/// The exact integer sums `(isum, msum)` of a super-block's values in a range (whole
-/// sub-blocks) against its Q8_K block's quants and sums of sixteen.
-pub(crate) type RangeSums = fn(&[u8], &[i8], &[i16], std::ops::Range<usize>) -> (i32, i32);
-
-/// The order of llama.cpp's re-laid k-quant products for columns in groups of four
-/// (`ggml_gemm_q4_K_8x8_q8_K` with chunks of 64 values, `ggml_gemm_q2_K_8x8_q8_K` with 128;
-/// `ggml-cpu/arch/x86/repack.cpp`): per super-block `i` and per chunk, in order,
-/// `acc = fma(isum, d_w · d_x, acc)` and `accm = fma(msum, dmin_w · d_x, accm)`; the
-/// result is `acc - accm`. `scales` are the byte offsets of the block's f16 `d` and `dmin`.
-pub(crate) fn gemm_dot(
-    row: &[u8],
-    x: &crate::columns::Columns<'_>,
-    c: usize,
-    block_bytes: usize,
-    chunk: usize,
-    scales: (usize, usize),
-    sums: RangeSums,
-) -> f32 {
-    let (xd, xq) = x.q8(c);
-    let bs = x.q8_bsums(c);
-    let (mut acc, mut accm) = (0.0f32, 0.0f32);
-    for (i, b) in row.chunks_exact(block_bytes).enumerate() {
-        let sd = f16_at(b, scales.0) * xd[i];
-        let sm = f16_at(b, scales.1) * xd[i];
-        let (xqi, bsi) = (&xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
-        for v in (0..QK_K).step_by(chunk) {
-            let (isum, msum) = sums(b, xqi, bsi, v..v + chunk);
-            acc = (isum as f32).mul_add(sd, acc);
-            accm = (msum as f32).mul_add(sm, accm);
-        }
-    }
-    acc - accm
-}
-
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 

@@ -195,6 +195,12 @@ pub struct Kernels {
     pub dot_f16: fn(&[f32], &[f32]) -> f32,
     /// SwiGLU in place, the bits of [`vector::swiglu_ref`] (ggml's AVX-512 arithmetic).
     pub swiglu: fn(&mut [f32], &[f32]),
+    /// Sequential fused dot products of a query with keys at a stride, the bits of
+    /// [`vector::fused_dots_ref`].
+    pub fused_dots: fn(&[f32], &[f32], usize, &mut [f32]),
+    /// Weighted values at a stride, one fused step each in order, the bits of
+    /// [`vector::fused_axpys_ref`].
+    pub fused_axpys: fn(&mut [f32], &[f32], &[f32], usize),
 }
 
 impl Kernels {
@@ -213,6 +219,8 @@ impl Kernels {
             mad_round_f16: vector::mad_round_f16_ref,
             swiglu: vector::swiglu_ref,
             dot_f16: vector::dot_f16_ref,
+            fused_dots: vector::fused_dots_ref,
+            fused_axpys: vector::fused_axpys_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -256,6 +264,14 @@ impl Kernels {
             k.dot_f16 = |a, b| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::dot_f16_avx2(a, b) }
+            };
+            k.fused_dots = |q, keys, stride, out| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::fused_dots_fma(q, keys, stride, out) }
+            };
+            k.fused_axpys = |y, w, values, stride| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::fused_axpys_fma(y, w, values, stride) }
             };
             if cpu.isa() == Isa::Avx512Vnni {
                 k.swiglu = |g, u| {

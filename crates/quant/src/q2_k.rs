@@ -78,52 +78,33 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 
 /// The exact integer sums of one super-block against one Q8_K block: `(isum, msum)`.
 fn block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> (i32, i32) {
-    range_sums(b, xq, bsums, 0..QK_K)
-}
-
-/// [`block_sums`] over the values of `range` only (whole sub-blocks of 16).
-fn range_sums(b: &[u8], xq: &[i8], bsums: &[i16], range: std::ops::Range<usize>) -> (i32, i32) {
-    let mins: [u8; 16] = std::array::from_fn(|t| b[t] >> 4);
-    let (start, end) = (range.start / 16, range.end / 16);
-    let isum = range
+    let isum = (0..QK_K)
         .map(|v| i32::from(b[v / 16] & 0xF) * i32::from(quant(b, v)) * i32::from(xq[v]))
         .sum();
-    let msum = (start..end)
-        .map(|t| i32::from(mins[t]) * i32::from(bsums[t]))
+    let msum = (0..16)
+        .map(|t| i32::from(b[t] >> 4) * i32::from(bsums[t]))
         .sum();
     (isum, msum)
-}
-
-/// llama.cpp's re-laid Q2_K product for columns in groups of four
-/// (`ggml_gemm_q2_K_8x8_q8_K`, AVX-512): per super-block, per 128 values
-/// ([`crate::kquant::gemm_dot`]).
-fn dot_gemm(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-    crate::kquant::gemm_dot(row, x, c, BLOCK_BYTES, 128, (D, DMIN), range_sums)
 }
 
 /// The Q2_K format.
 pub struct Q2K;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Q2K {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = true;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let (s1, s2) = block_sums(b, xq, bsums);
-        SuperSums {
-            d: f16_at(b, D),
-            dmin: f16_at(b, DMIN),
-            s1,
-            s2,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = quant(b, v) as i8;
         }
+        out.sc = std::array::from_fn(|t| i16::from(b[t] & 0xF));
+        out.min = std::array::from_fn(|t| i16::from(b[t] >> 4));
+        (out.d, out.dmin) = (f16_at(b, D), f16_at(b, DMIN));
     }
 }
 
 impl BlockFormat for Q2K {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q2K>);
-    const RELAID_PROMPT_DOT: Option<crate::format::DotFn> = Some(dot_gemm);
-
     const TYPE: GgmlType = GgmlType::Q2_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D), Scale::F16(DMIN)];
@@ -149,6 +130,7 @@ impl BlockFormat for Q2K {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q2K>();
+        crate::tiled::install::<Q2K, 128>(&mut k, cpu);
         // llama.cpp re-lays matrices of multiples of 8 rows on AVX-512 CPUs (`repack.cpp`), and
         // those keep the re-laid kernels in prompts.
         k.relaid_rows = if cpu.isa() == crate::cpu::Isa::Avx512Vnni {

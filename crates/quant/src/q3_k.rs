@@ -102,36 +102,24 @@ pub(crate) fn block_lanes(b: &[u8], xq: &[i8]) -> [i32; 8] {
     })
 }
 
-/// The exact integer sum of one super-block against one Q8_K block's quants.
-fn block_isum(b: &[u8], xq: &[i8]) -> i32 {
-    let sc = scales(b);
-    (0..QK_K)
-        .map(|v| i32::from(sc[v / 16]) * i32::from(quant(b, v)) * i32::from(xq[v]))
-        .sum()
-}
-
 /// The Q3_K format.
 pub struct Q3K;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Q3K {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let _ = bsums;
-        SuperSums {
-            d: f16_at(b, D),
-            dmin: 0.0,
-            s1: block_isum(b, xq),
-            s2: 0,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = quant(b, v);
         }
+        out.sc = scales(b).map(i16::from);
+        out.min = [0; 16];
+        (out.d, out.dmin) = (f16_at(b, D), 0.0);
     }
 }
 
 impl BlockFormat for Q3K {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q3K>);
-
     const TYPE: GgmlType = GgmlType::Q3_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D)];
@@ -157,6 +145,7 @@ impl BlockFormat for Q3K {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q3K>();
+        crate::tiled::install::<Q3K, 0>(&mut k, cpu);
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {

@@ -94,49 +94,26 @@ pub(crate) fn block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> (i32, i32) {
     (isum, min_sum(&m, 2, bsums))
 }
 
-/// [`block_sums`] over the values of `range` only (whole sub-blocks of 32).
-fn range_sums(b: &[u8], xq: &[i8], bsums: &[i16], range: std::ops::Range<usize>) -> (i32, i32) {
-    let (sc, m) = scales_mins_k4(&b[SCALES..QS]);
-    let (start, end) = (range.start / 16, range.end / 16);
-    let isum = range
-        .map(|v| i32::from(sc[v / 32]) * i32::from(quant(b, v)) * i32::from(xq[v]))
-        .sum();
-    let msum = (start..end)
-        .map(|t| i32::from(m[t / 2]) * i32::from(bsums[t]))
-        .sum();
-    (isum, msum)
-}
-
-/// llama.cpp's re-laid Q4_K product for columns in groups of four
-/// (`ggml_gemm_q4_K_8x8_q8_K`): per super-block, per 64 values
-/// ([`crate::kquant::gemm_dot`]).
-fn dot_gemm(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
-    crate::kquant::gemm_dot(row, x, c, BLOCK_BYTES, 64, (D, DMIN), range_sums)
-}
-
 /// The Q4_K format.
 pub struct Q4K;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Q4K {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = true;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let (s1, s2) = block_sums(b, xq, bsums);
-        SuperSums {
-            d: f16_at(b, D),
-            dmin: f16_at(b, DMIN),
-            s1,
-            s2,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = quant(b, v) as i8;
         }
+        let (sc, m) = scales_mins_k4(&b[SCALES..QS]);
+        for t in 0..16 {
+            (out.sc[t], out.min[t]) = (i16::from(sc[t / 2]), i16::from(m[t / 2]));
+        }
+        (out.d, out.dmin) = (f16_at(b, D), f16_at(b, DMIN));
     }
 }
 
 impl BlockFormat for Q4K {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q4K>);
-    const RELAID_PROMPT_DOT: Option<crate::format::DotFn> = Some(dot_gemm);
-
     const TYPE: GgmlType = GgmlType::Q4_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D), Scale::F16(DMIN)];
@@ -162,6 +139,7 @@ impl BlockFormat for Q4K {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q4K>();
+        crate::tiled::install::<Q4K, 64>(&mut k, cpu);
         // llama.cpp re-lays matrices of multiples of 8 rows on AVX2 CPUs (`repack.cpp`), and
         // those keep the re-laid kernels in prompts.
         k.relaid_rows = if cpu.has_avx2() { 8 } else { 0 };

@@ -95,25 +95,23 @@ pub(crate) fn block_lanes(b: &[u8], xq: &[i8], bsums: &[i16]) -> ([i32; 8], i32)
 /// The Q5_K format.
 pub struct Q5K;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Q5K {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = true;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let (lanes, s2) = block_lanes(b, xq, bsums);
-        SuperSums {
-            d: f16_at(b, D),
-            dmin: f16_at(b, DMIN),
-            s1: crate::tiled::lane_total(&lanes),
-            s2,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = quant(b, v) as i8;
         }
+        let (sc, m) = crate::kquant::scales_mins_k4(&b[SCALES..QH]);
+        for t in 0..16 {
+            (out.sc[t], out.min[t]) = (i16::from(sc[t / 2]), i16::from(m[t / 2]));
+        }
+        (out.d, out.dmin) = (f16_at(b, D), f16_at(b, DMIN));
     }
 }
 
 impl BlockFormat for Q5K {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q5K>);
-
     const TYPE: GgmlType = GgmlType::Q5_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D), Scale::F16(DMIN)];
@@ -141,6 +139,7 @@ impl BlockFormat for Q5K {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q5K>();
+        crate::tiled::install::<Q5K, 0>(&mut k, cpu);
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {

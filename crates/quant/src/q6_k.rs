@@ -84,25 +84,23 @@ pub fn dequantize_ref(q: &[u8], y: &mut [f32]) {
 /// The Q6_K format.
 pub struct Q6K;
 
-/// llama.cpp's prompt order: this format's exact super-block sums ([`crate::tiled`]).
+/// llama.cpp's prompt orders ([`crate::tiled`]): the super-block decoded.
 impl crate::tiled::TiledOrder for Q6K {
     const SUPER_BYTES: usize = BLOCK_BYTES;
     const HAS_MIN: bool = false;
-    fn super_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> crate::tiled::SuperSums {
-        use crate::tiled::SuperSums;
-        let lanes = block_lanes(b, xq, bsums);
-        SuperSums {
-            d: f16_at(b, D),
-            dmin: 0.0,
-            s1: crate::tiled::lane_total(&lanes),
-            s2: 0,
+    fn decode(b: &[u8], out: &mut crate::tiled::Decoded) {
+        for (v, w) in out.w.iter_mut().enumerate() {
+            *w = quant(b, v) as i8 - 32;
         }
+        for t in 0..16 {
+            out.sc[t] = i16::from(scale(b, t));
+        }
+        out.min = [0; 16];
+        (out.d, out.dmin) = (f16_at(b, D), 0.0);
     }
 }
 
 impl BlockFormat for Q6K {
-    const PROMPT_DOT: Option<crate::format::DotFn> = Some(crate::tiled::dot_ref::<Q6K>);
-
     const TYPE: GgmlType = GgmlType::Q6_K;
     const ACTIVATION: Activation = Activation::Q8_K;
     const SCALES: &'static [Scale] = &[Scale::F16(D)];
@@ -131,6 +129,7 @@ impl BlockFormat for Q6K {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Q6K>();
+        crate::tiled::install::<Q6K, 0>(&mut k, cpu);
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {

@@ -891,3 +891,40 @@ fn f16_dot_kernels_match_their_reference() {
         }
     }
 }
+
+/// The fused attention kernels of llama.cpp's tiled flash attention (scores as sequential
+/// fused dots, values as sequential fused steps) give their references' bits, for any
+/// number of keys and any head size.
+#[test]
+fn fused_attention_kernels_match_their_references() {
+    let mut rng = Rng(41);
+    for (dk, keys) in [(64usize, 64usize), (64, 7), (128, 17), (5, 9), (3, 1)] {
+        let stride = dk + 3;
+        let q: Vec<f32> = (0..dk).map(|_| rng.normal()).collect();
+        let kv: Vec<f32> = (0..keys * stride).map(|_| rng.normal()).collect();
+        let w: Vec<f32> = (0..keys).map(|_| rng.normal().abs()).collect();
+        let mut want = vec![0.0f32; keys];
+        crate::vector::fused_dots_ref(&q, &kv, stride, &mut want);
+        let mut want_y: Vec<f32> = (0..dk).map(|_| rng.normal()).collect();
+        let start = want_y.clone();
+        crate::vector::fused_axpys_ref(&mut want_y, &w, &kv, stride);
+        for k in fast_kernels() {
+            let mut got = vec![0.0f32; keys];
+            (k.fused_dots)(&q, &kv, stride, &mut got);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{} dots dk {dk} keys {keys}",
+                k.isa
+            );
+            let mut y = start.clone();
+            (k.fused_axpys)(&mut y, &w, &kv, stride);
+            assert_eq!(
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want_y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{} axpys dk {dk} keys {keys}",
+                k.isa
+            );
+        }
+    }
+}

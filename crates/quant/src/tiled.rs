@@ -1,79 +1,310 @@
-//! llama.cpp's order for the products of a prompt with k- and i-quant matrices.
+//! llama.cpp's orders for the products of a prompt with k- and i-quant matrices.
 //!
 //! From 8 activation columns on (`ggml_tiled_min_batch`), llama.cpp's CPU backend
 //! multiplies Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
 //! IQ1_S and IQ1_M matrices with its tiled kernels (`ggml-cpu/tiled/`), not with the
 //! one-column `vec_dot` its decode steps use — except matrices it re-lays at load (on x86:
-//! Q4_K always, Q2_K with AVX-512, both when the row count is a multiple of 8), which keep
-//! their re-laid kernels. The tiled kernels' order, per row and column and per super-block
-//! `i` in order (see docs/LLAMA-CPP.md §6):
+//! Q4_K always, Q2_K with AVX-512, both when the row count is a multiple of 8), which take
+//! their re-laid gemm from 4 columns. The tiled kernels' order, per row and column and per
+//! super-block `i` in order (docs/LLAMA-CPP.md §6):
 //!
 //! ```text
-//! r   = (S1_i as f32) · d_w            // S1: Σ_s scale_s · Σ_j (value_j · q_j), exact i32
-//! r   = fma(-dmin_w, S2_i as f32, r)   // formats with mins: S2 = Σ_s min_s · Σ_j q_j
+//! r   = (S1_i as f32) · d_w            // S1: Σ_v scale · value_v · q_v, exact i32
+//! r   = fma(-dmin_w, S2_i as f32, r)   // formats with mins: S2 = Σ_t min_t · (Q8_K sum t)
 //! acc = fma(r, d_x, acc)               // from acc = +0
 //! ```
 //!
-//! where `d_w` is the block's f16 scale times the format's power of two (the real value of
-//! a weight is `d_w · scale_s · value_j`), `d_x` the Q8_K block's scale. A power of two
-//! moved between `d_w` and `S1` changes no bit (both roundings scale with it), so each
-//! format gives its own exact integers ([`TiledOrder::super_sums`]).
+//! where `d_w` is the block's f16 scale times the format's power of two (a weight's value
+//! is `d_w · scale · value`), `d_x` the Q8_K block's scale. The re-laid gemms' order
+//! ([`gemm_dot_ref`]): per super-block and per chunk of 64 (Q4_K) or 128 (Q2_K) values,
+//! `acc = fma(isum, d_w · d_x, acc)` and `accm = fma(msum, dmin_w · d_x, accm)`; the result
+//! `acc − accm`; the columns past the last whole group of four take the one-column order.
 //!
-//! dspark uses this order only where llama.cpp does: in a prompt's forward
-//! ([`crate::gemm::prompt_order`]) with at least [`MIN_COLUMNS`] columns. Verify forwards
-//! keep the one-column order, so a verify of n columns still equals n decode steps.
+//! Every format here decodes a super-block into one shape ([`Decoded`]: each value a signed
+//! byte, a scale and a min per run of sixteen), so one driver per order serves them all, a
+//! super-block decoded once per row and reused by every column; the integer sums come from
+//! the scalar reference ([`sums_ref`]) or an AVX2 kernel with the same integers
+//! (`tiled/x86_64.rs`). dspark uses these orders only where llama.cpp does: in a prompt's
+//! forward ([`crate::gemm::prompt_order`]) with at least [`MIN_COLUMNS`] columns. Verify
+//! forwards keep the one-column order, so a verify of n columns still equals n decode
+//! steps.
+
+use std::ops::Range;
 
 use crate::columns::Columns;
 use crate::format::BlockFormat;
+use crate::matrix::Matrix;
 
 /// Columns from which llama.cpp's prompt products take the tiled kernels.
 pub const MIN_COLUMNS: usize = 8;
 
 /// Values per super-block.
-const QK_K: usize = 256;
+pub(crate) const QK_K: usize = 256;
 
-/// One super-block's part of a tiled product: `d_w`, `dmin_w` (0 without mins) and the
-/// exact integer sums `S1`, `S2` (see the module doc).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct SuperSums {
+/// One super-block as the prompt orders read it: `Σ_v sc[v / 16] · w[v] · q[v]` is its
+/// `S1` (or a chunk's `isum`) and `Σ_t min[t] · bsums[t]` its `S2` (`msum`); `d` and `dmin`
+/// are the f32 scales those multiply.
+#[derive(Clone, Debug)]
+pub(crate) struct Decoded {
+    /// Every value as a signed byte, `|w| ≤ 127`.
+    pub w: [i8; QK_K],
+    /// The scale of each run of sixteen values.
+    pub sc: [i16; 16],
+    /// The min of each run of sixteen values (zero without mins).
+    pub min: [i16; 16],
     pub d: f32,
     pub dmin: f32,
-    pub s1: i32,
-    pub s2: i32,
 }
 
-/// A format llama.cpp's tiled kernels multiply.
+impl Default for Decoded {
+    fn default() -> Decoded {
+        Decoded {
+            w: [0; QK_K],
+            sc: [0; 16],
+            min: [0; 16],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
+}
+
+/// A format llama.cpp's prompt kernels multiply.
 pub(crate) trait TiledOrder: BlockFormat {
     /// Bytes per super-block.
     const SUPER_BYTES: usize;
     /// Whether blocks carry mins (the `fma(-dmin, S2, r)` step).
     const HAS_MIN: bool;
 
-    /// Super-block `block`'s sums with one Q8_K block: quants `xq` (256) and their sums of
-    /// sixteen `bsums` (16).
-    fn super_sums(block: &[u8], xq: &[i8], bsums: &[i16]) -> SuperSums;
+    /// Decodes one whole super-block into `out` (every field).
+    fn decode(block: &[u8], out: &mut Decoded);
 }
 
-/// The tiled order's product of one row with column `c` of `x` (Q8_K).
-pub(crate) fn dot_ref<F: TiledOrder>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+/// The exact integer sums of values `range` (whole runs of sixteen) of a decoded
+/// super-block with one Q8_K block (quants `xq`, sums of sixteen `bs`): `(isum, msum)`,
+/// wrapping as llama.cpp's i32 sums do (no real block comes near).
+pub(crate) fn sums_ref(dec: &Decoded, xq: &[i8], bs: &[i16], range: Range<usize>) -> (i32, i32) {
+    let runs = range.start / 16..range.end / 16;
+    let isum = range.fold(0i32, |a, v| {
+        a.wrapping_add(i32::from(dec.sc[v / 16]) * i32::from(dec.w[v]) * i32::from(xq[v]))
+    });
+    let msum = runs.fold(0i32, |a, t| {
+        a.wrapping_add(i32::from(dec.min[t]) * i32::from(bs[t]))
+    });
+    (isum, msum)
+}
+
+/// How a driver takes a super-block's integer sums ([`sums_ref`]'s integers).
+pub(crate) trait Sums {
+    /// The sums of values `range` of `dec` with one Q8_K block.
+    ///
+    /// # Safety
+    /// The CPU must have the implementation's instruction set.
+    unsafe fn sums(dec: &Decoded, xq: &[i8], bs: &[i16], range: Range<usize>) -> (i32, i32);
+}
+
+/// [`sums_ref`] as a [`Sums`].
+pub(crate) struct RefSums;
+
+impl Sums for RefSums {
+    #[inline(always)]
+    unsafe fn sums(dec: &Decoded, xq: &[i8], bs: &[i16], range: Range<usize>) -> (i32, i32) {
+        sums_ref(dec, xq, bs, range)
+    }
+}
+
+/// The tiled order's float steps over a row's decoded super-blocks with column `c`.
+///
+/// # Safety
+/// `sums` must be safe to call on this CPU.
+#[inline(always)]
+unsafe fn tiled_column<S: Sums, const HAS_MIN: bool>(
+    decoded: &[Decoded],
+    x: &Columns<'_>,
+    c: usize,
+) -> f32 {
     let (xd, xq) = x.q8(c);
     let bs = x.q8_bsums(c);
     let mut acc = 0.0f32;
-    for (i, b) in row.chunks_exact(F::SUPER_BYTES).enumerate() {
-        let s = F::super_sums(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
-        let mut r = s.s1 as f32 * s.d;
-        if F::HAS_MIN {
-            r = (-s.dmin).mul_add(s.s2 as f32, r);
+    for (i, dec) in decoded.iter().enumerate() {
+        // SAFETY: the caller's guarantee.
+        let (s1, s2) = unsafe {
+            S::sums(
+                dec,
+                &xq[i * QK_K..(i + 1) * QK_K],
+                &bs[16 * i..16 * (i + 1)],
+                0..QK_K,
+            )
+        };
+        let mut r = s1 as f32 * dec.d;
+        if HAS_MIN {
+            r = (-dec.dmin).mul_add(s2 as f32, r);
         }
         acc = r.mul_add(xd[i], acc);
     }
     acc
 }
 
-/// `Σ lanes`, wrapping as llama.cpp's i32 sums do (no real block comes near).
-pub(crate) fn lane_total(lanes: &[i32; 8]) -> i32 {
-    lanes.iter().fold(0i32, |a, &l| a.wrapping_add(l))
+/// The re-laid gemm order's float steps over a row's decoded super-blocks with column `c`,
+/// chunks of `chunk` values.
+///
+/// # Safety
+/// `sums` must be safe to call on this CPU.
+#[inline(always)]
+unsafe fn gemm_column<S: Sums>(
+    decoded: &[Decoded],
+    x: &Columns<'_>,
+    c: usize,
+    chunk: usize,
+) -> f32 {
+    let (xd, xq) = x.q8(c);
+    let bs = x.q8_bsums(c);
+    let (mut acc, mut accm) = (0.0f32, 0.0f32);
+    for (i, dec) in decoded.iter().enumerate() {
+        let (sd, sm) = (dec.d * xd[i], dec.dmin * xd[i]);
+        let (xqi, bsi) = (&xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
+        for v in (0..QK_K).step_by(chunk) {
+            // SAFETY: the caller's guarantee.
+            let (isum, msum) = unsafe { S::sums(dec, xqi, bsi, v..v + chunk) };
+            acc = (isum as f32).mul_add(sd, acc);
+            accm = (msum as f32).mul_add(sm, accm);
+        }
+    }
+    acc - accm
 }
+
+/// A row's super-blocks decoded ([`TiledOrder::decode`]) into `into`.
+fn decode_row<F: TiledOrder>(row: &[u8], into: &mut Vec<Decoded>) {
+    let nb = row.len() / F::SUPER_BYTES;
+    into.resize(nb, Decoded::default());
+    for (b, dec) in row.chunks_exact(F::SUPER_BYTES).zip(into.iter_mut()) {
+        F::decode(b, dec);
+    }
+}
+
+/// Rows `first..first + out.len() / n` · every column in the tiled order, row-major into
+/// `out`, each super-block decoded once per row.
+///
+/// # Safety
+/// The CPU must have `S`'s instruction set.
+#[inline(always)]
+pub(crate) unsafe fn rows_tiled<F: TiledOrder, S: Sums>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    let mut decoded = Vec::new();
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        decode_row::<F>(w.row(first + i), &mut decoded);
+        for (c, o) in row_out.iter_mut().enumerate() {
+            // SAFETY: the caller's guarantee.
+            *o = unsafe {
+                if F::HAS_MIN {
+                    tiled_column::<S, true>(&decoded, x, c)
+                } else {
+                    tiled_column::<S, false>(&decoded, x, c)
+                }
+            };
+        }
+    }
+}
+
+/// Rows `first..` · every column of a prompt with a matrix llama.cpp re-lays: the columns
+/// in whole groups of four in the re-laid gemm's order (chunks of `chunk` values), the
+/// others (at most three) by `F::dot_ref`, as llama.cpp's re-laid kernels split them.
+///
+/// # Safety
+/// The CPU must have `S`'s instruction set.
+#[inline(always)]
+pub(crate) unsafe fn rows_relaid<F: TiledOrder, S: Sums>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+    chunk: usize,
+) {
+    let n = x.count();
+    let whole = n - n % 4;
+    let mut decoded = Vec::new();
+    for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first + i);
+        decode_row::<F>(row, &mut decoded);
+        for (c, o) in row_out.iter_mut().enumerate() {
+            *o = if c < whole {
+                // SAFETY: the caller's guarantee.
+                unsafe { gemm_column::<S>(&decoded, x, c, chunk) }
+            } else {
+                F::dot_ref(row, x, c)
+            };
+        }
+    }
+}
+
+/// The tiled order's product of one row with column `c` of `x` (Q8_K): the reference.
+pub(crate) fn dot_ref<F: TiledOrder>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    let mut decoded = Vec::new();
+    decode_row::<F>(row, &mut decoded);
+    // SAFETY: `sums_ref` is portable Rust.
+    unsafe {
+        if F::HAS_MIN {
+            tiled_column::<RefSums, true>(&decoded, x, c)
+        } else {
+            tiled_column::<RefSums, false>(&decoded, x, c)
+        }
+    }
+}
+
+/// The re-laid gemm order's product of one row with column `c` (chunks of `CHUNK`): the
+/// reference.
+pub(crate) fn gemm_dot_ref<F: TiledOrder, const CHUNK: usize>(
+    row: &[u8],
+    x: &Columns<'_>,
+    c: usize,
+) -> f32 {
+    let mut decoded = Vec::new();
+    decode_row::<F>(row, &mut decoded);
+    // SAFETY: `sums_ref` is portable Rust.
+    unsafe { gemm_column::<RefSums>(&decoded, x, c, CHUNK) }
+}
+
+/// Puts `F`'s prompt orders in its kernel-table row: the references, the scalar kernels
+/// (decoding once per row) and, when `cpu` has AVX2, the AVX2 ones; with `CHUNK > 0` also
+/// the re-laid gemm's, chunks of `CHUNK` values (formats llama.cpp re-lays).
+pub(crate) fn install<F: TiledOrder, const CHUNK: usize>(
+    k: &mut crate::format::FormatKernels,
+    cpu: crate::cpu::Detected,
+) {
+    k.prompt_dot_ref = Some(dot_ref::<F>);
+    k.prompt_rows = Some(|w, first, x, out| {
+        // SAFETY: `sums_ref` is portable Rust.
+        unsafe { rows_tiled::<F, RefSums>(w, first, x, out) }
+    });
+    if CHUNK > 0 {
+        k.relaid_prompt_dot_ref = Some(gemm_dot_ref::<F, CHUNK>);
+        k.relaid_prompt_rows = Some(|w, first, x, out| {
+            // SAFETY: `sums_ref` is portable Rust.
+            unsafe { rows_relaid::<F, RefSums>(w, first, x, out, CHUNK) }
+        });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx2() {
+        k.prompt_rows = Some(|w, first, x, out| {
+            // SAFETY: built only from a `Detected` with AVX2 and FMA.
+            unsafe { x86_64::rows_tiled_avx2::<F>(w, first, x, out) }
+        });
+        if CHUNK > 0 {
+            k.relaid_prompt_rows = Some(|w, first, x, out| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { x86_64::rows_relaid_avx2::<F>(w, first, x, out, CHUNK) }
+            });
+        }
+    }
+    let _ = cpu;
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
 
 #[cfg(test)]
 mod tests {

@@ -50,6 +50,38 @@ pub fn axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) 
     }
 }
 
+/// `out[p]` = the sequential fused dot product of `q` and key `p` (`keys[p·stride ..]`):
+/// `a = fma(q_d, k_d, a)` for d in order from `a = 0` — the score of llama.cpp's tiled
+/// flash attention (`simd_gemm`, one lane per key).
+///
+/// # Panics
+/// If the last key does not fit in `keys`.
+pub fn fused_dots_ref(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    check_strided(q.len(), keys.len(), stride, out.len());
+    for (p, o) in out.iter_mut().enumerate() {
+        let key = &keys[p * stride..p * stride + q.len()];
+        *o = q
+            .iter()
+            .zip(key)
+            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a));
+    }
+}
+
+/// `y_j = fma(w_p, values[p·stride + j], y_j)` for p in order: the weighted values of
+/// llama.cpp's tiled flash attention, one fused step per value.
+///
+/// # Panics
+/// If the last value does not fit in `values`.
+pub fn fused_axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+    check_strided(y.len(), values.len(), stride, weights.len());
+    let n = y.len();
+    for (p, &w) in weights.iter().enumerate() {
+        for (o, &v) in y.iter_mut().zip(&values[p * stride..p * stride + n]) {
+            *o = w.mul_add(v, *o);
+        }
+    }
+}
+
 /// `x` rounded to the nearest F16 value (ties to even), as f32.
 #[inline]
 pub fn round_f16(x: f32) -> f32 {

@@ -339,3 +339,67 @@ pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
     }
     sum as f32
 }
+
+/// [`super::fused_dots_ref`] with FMA (the same bits): eight keys at a time, each its own
+/// chain of scalar fused multiply-adds in order, so the chains overlap.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn fused_dots_fma(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    super::check_strided(q.len(), keys.len(), stride, out.len());
+    let n = q.len();
+    let mut p = 0;
+    while p + 8 <= out.len() {
+        let k: [&[f32]; 8] = std::array::from_fn(|i| &keys[(p + i) * stride..(p + i) * stride + n]);
+        let mut a = [0.0f32; 8];
+        for d in 0..n {
+            let x = q[d];
+            for i in 0..8 {
+                a[i] = x.mul_add(k[i][d], a[i]);
+            }
+        }
+        out[p..p + 8].copy_from_slice(&a);
+        p += 8;
+    }
+    for (i, o) in out.iter_mut().enumerate().skip(p) {
+        let key = &keys[i * stride..i * stride + n];
+        *o = q
+            .iter()
+            .zip(key)
+            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a));
+    }
+}
+
+/// [`super::fused_axpys_ref`] with AVX2 and FMA (the same bits): eight outputs per
+/// register, each lane the reference's steps in order.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn fused_axpys_fma(
+    y: &mut [f32],
+    weights: &[f32],
+    values: &[f32],
+    stride: usize,
+) {
+    super::check_strided(y.len(), values.len(), stride, weights.len());
+    let n = y.len();
+    let whole = n / 8 * 8;
+    for j in (0..whole).step_by(8) {
+        // SAFETY: j + 8 <= n = y.len().
+        let mut acc = unsafe { _mm256_loadu_ps(y.as_ptr().add(j)) };
+        for (p, &w) in weights.iter().enumerate() {
+            // SAFETY: value p's n floats lie inside `values` (checked above), j + 8 <= n.
+            let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(p * stride + j)) };
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(w), v, acc);
+        }
+        // SAFETY: as the load.
+        unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(j), acc) };
+    }
+    for j in whole..n {
+        for (p, &w) in weights.iter().enumerate() {
+            y[j] = w.mul_add(values[p * stride + j], y[j]);
+        }
+    }
+}

@@ -128,20 +128,17 @@ pub(crate) fn attend_tiled(
     scale: f32,
     out: &mut [f32],
 ) {
-    let dk = q.len();
+    let k = dspark_quant::kernels();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     out.fill(0.0);
     let mut p = [0.0f32; FA_TILE];
     let mut ic = 0;
     while ic < count {
         let tile = (count - ic).min(FA_TILE);
+        (k.fused_dots)(q, &keys[ic * stride..], stride, &mut p[..tile]);
         for (tk, w) in p.iter_mut().enumerate() {
             *w = if tk < tile {
-                let key = &keys[(ic + tk) * stride..(ic + tk) * stride + dk];
-                q.iter()
-                    .zip(key)
-                    .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a))
-                    * scale
+                *w * scale
             } else {
                 f32::NEG_INFINITY
             };
@@ -166,11 +163,7 @@ pub(crate) fn attend_tiled(
                 tile_sum += f64::from(dspark_quant::lanes::hsum16(*lanes));
             }
             sum = (f64::from(sum) + tile_sum) as f32;
-            for (j, a) in out.iter_mut().enumerate() {
-                for (tk, &w) in p.iter().enumerate().take(tile) {
-                    *a = w.mul_add(values[(ic + tk) * stride + j], *a);
-                }
-            }
+            (k.fused_axpys)(out, &p[..tile], &values[ic * stride..], stride);
         }
         ic += FA_TILE;
     }
