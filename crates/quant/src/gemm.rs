@@ -155,19 +155,46 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
 /// As [`gemm_with`].
 pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
     let format = table_row(crate::kernels(), w);
-    let x = Columns::new(format.activation, x, w.cols);
-    let n = x.count();
-    assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
-    if n == 1 {
+    if x.len() == w.cols {
+        let x = Columns::new(format.activation, x, w.cols);
+        assert_eq!(y.len(), w.rows, "y must hold 1 column of {}", w.rows);
         (format.rows)(w, 0, &x, y);
         return;
     }
     // The kernel writes rows × columns; scatter into the columns, a tile of rows at a time.
+    local_with(format, format.rows, w, x, y)
+}
+
+/// [`gemm_local`] for a matrix of experts' tokens in a prompt's forward when `prompt`
+/// (llama.cpp's `mul_mat_id`): from [`crate::tiled::MIN_COLUMNS`] routed tokens a tiled
+/// format takes the tiled order, unless llama.cpp re-lays the matrix (its re-laid
+/// `mul_mat_id` runs each token alone, the one-column order). Run from the threads of a
+/// parallel loop, which [`prompt_order`] does not reach, so the caller passes the flag.
+///
+/// # Panics
+/// As [`gemm_with`].
+pub fn gemm_local_routed(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
+    let format = table_row(crate::kernels(), w);
+    let n = x.len() / w.cols.max(1);
+    let relaid = format.relaid_rows > 0 && w.rows.is_multiple_of(format.relaid_rows);
+    match format.prompt_rows {
+        Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !relaid => {
+            local_with(format, k, w, x, y)
+        }
+        _ => gemm_local(w, x, y),
+    }
+}
+
+/// [`gemm_local`] with row kernel `kernel`.
+fn local_with(format: &FormatKernels, kernel: RowKernel, w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
+    let x = Columns::new(format.activation, x, w.cols);
+    let n = x.count();
+    assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
     let per = TASK_ROW_ALIGN;
     let mut buf = vec![0.0f32; per * n];
     for first in (0..w.rows).step_by(per) {
         let k = per.min(w.rows - first);
-        (format.rows)(w, first, &x, &mut buf[..k * n]);
+        kernel(w, first, &x, &mut buf[..k * n]);
         for c in 0..n {
             for r in 0..k {
                 y[c * w.rows + first + r] = buf[r * n + c];

@@ -9,7 +9,7 @@
 //! computes each token exactly as a single-token forward does.
 
 use dspark_contract::kimi_k3::Gating;
-use dspark_quant::gemm::{gemm, gemm_local};
+use dspark_quant::gemm::{gemm, gemm_local_routed};
 use rayon::prelude::*;
 
 use crate::nn::ops::{rms_norm, sigmoid, softplus};
@@ -60,16 +60,24 @@ impl SituFfn {
         gemm(&self.down.matrix(bytes), &g, out);
     }
 
-    /// [`SituFfn::forward`] on the calling thread ([`gemm_local`]: the same bits), for
-    /// experts run side by side.
-    pub fn forward_local(&self, bytes: &[u8], situ: Situ, x: &[f32], out: &mut [f32]) {
+    /// [`SituFfn::forward`] on the calling thread (`gemm_local`: the same bits), for
+    /// experts run side by side; `prompt`: the tokens are a prompt's (llama.cpp's
+    /// `mul_mat_id` order for them, [`gemm_local_routed`]).
+    pub fn forward_local(
+        &self,
+        bytes: &[u8],
+        situ: Situ,
+        x: &[f32],
+        out: &mut [f32],
+        prompt: bool,
+    ) {
         let n = x.len() / self.gate.cols;
         let f = self.gate.rows;
         let (mut g, mut u) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
-        gemm_local(&self.gate.matrix(bytes), x, &mut g);
-        gemm_local(&self.up.matrix(bytes), x, &mut u);
+        gemm_local_routed(&self.gate.matrix(bytes), x, &mut g, prompt);
+        gemm_local_routed(&self.up.matrix(bytes), x, &mut u, prompt);
         situ.apply(&mut g, &u);
-        gemm_local(&self.down.matrix(bytes), &g, out);
+        gemm_local_routed(&self.down.matrix(bytes), &g, out, prompt);
     }
 
     /// Its three matrices.
@@ -225,7 +233,9 @@ impl Moe {
         let routed = || work.iter().flat_map(|(ei, _)| self.experts[*ei].matrices());
         crate::weights::read_ahead(data, routed());
         crate::weights::check_all(bytes, routed())?;
-        // The experts side by side, each on one thread over its tokens.
+        // The experts side by side, each on one thread over its tokens (the prompt order,
+        // a thread-local of this one, passed along).
+        let prompt = dspark_quant::gemm::in_prompt_order();
         let outs: Vec<Vec<f32>> = work
             .par_iter()
             .map(|(ei, mine)| {
@@ -234,7 +244,7 @@ impl Moe {
                     x.extend_from_slice(&r[t * el..(t + 1) * el]);
                 }
                 let mut y = vec![0.0f32; mine.len() * el];
-                self.experts[*ei].forward_local(bytes, situ, &x, &mut y);
+                self.experts[*ei].forward_local(bytes, situ, &x, &mut y, prompt);
                 y
             })
             .collect();
