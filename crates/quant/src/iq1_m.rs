@@ -141,7 +141,7 @@ impl BlockFormat for Iq1M {
     }
 
     /// ggml's x86 order (`ggml_vec_dot_iq1_m_q8_K`, `ggml-cpu/arch/x86/quants.c`): per
-    /// superblock two sets of eight exact lanes ([`crate::lanes::position_lanes`]), of
+    /// superblock two sets of eight exact lanes (`crate::lanes::position_lanes`), of
     /// `ls · grid · q` and of `ls · δ · q`, each fused with `d = d_x · d_w` into its own
     /// eight accumulators; the result is `fma(hsum8(δ lanes), IQ1M_DELTA, hsum8(grid
     /// lanes))`.

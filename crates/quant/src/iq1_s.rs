@@ -130,7 +130,7 @@ impl BlockFormat for Iq1S {
     }
 
     /// ggml's x86 order (`ggml_vec_dot_iq1_s_q8_K`, `ggml-cpu/arch/x86/quants.c`): per
-    /// superblock eight exact lanes of `ls · grid · q` ([`crate::lanes::position_lanes`])
+    /// superblock eight exact lanes of `ls · grid · q` (`crate::lanes::position_lanes`)
     /// fused with `d = d_x · d_w` into eight accumulators, and the delta part
     /// `Σ_ib ls_ib · δ_ib · (Q8_K sums of the sub-block)` fused with `d` into a scalar; the
     /// result is `hsum8(lanes) + IQ1S_DELTA · scalar`.

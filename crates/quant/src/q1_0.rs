@@ -70,7 +70,7 @@ impl BlockFormat for Q1_0 {
     }
 
     /// ggml's x86 order (`ggml_vec_dot_q1_0_q8_0`, `ggml-cpu/arch/x86/quants.c`): per block
-    /// of 128, its four runs' eight exact lanes of `±q` ([`crate::lanes::position_lanes`];
+    /// of 128, its four runs' eight exact lanes of `±q` (`crate::lanes::position_lanes`;
     /// a negative sign negates with an 8-bit wrap, as `(q ^ m) − m` does) scaled into one
     /// block accumulator — `d_x(0) · lanes` for the first run, `fma(d_x(k), lanes, ·)` for
     /// the next three — then `acc = fma(d_w, block, acc)` lane by lane;

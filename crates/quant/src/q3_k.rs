@@ -14,7 +14,7 @@
 //! values): `(d · (sc - 32)) · q`.
 //!
 //! **Dot** (`vec_dot_type` Q8_K): ggml's x86 order (`ggml_vec_dot_q3_K_q8_K`): per
-//! super-block eight exact lanes of `(sc − 32) · q · x` in the AVX2 layout ([`block_lanes`]),
+//! super-block eight exact lanes of `(sc − 32) · q · x` in the AVX2 layout (`block_lanes`),
 //! each fused with `d_x · d` into its own accumulator; the eight added at the end. In a
 //! prompt's forward, llama.cpp's tiled order ([`crate::tiled`]).
 //!
@@ -129,7 +129,7 @@ impl BlockFormat for Q3K {
     }
 
     /// ggml's x86 order (`ggml_vec_dot_q3_K_q8_K`, `ggml-cpu/arch/x86/quants.c`): per
-    /// super-block eight exact lanes of `scale · quant · q` ([`block_lanes`]) fused with
+    /// super-block eight exact lanes of `scale · quant · q` (`block_lanes`) fused with
     /// `d_x · d_w` into eight accumulators, [`crate::lanes::hsum8`] at the end.
     fn dot_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
         let (xd, xq) = x.q8(c);

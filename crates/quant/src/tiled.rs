@@ -16,14 +16,14 @@
 //!
 //! where `d_w` is the block's f16 scale times the format's power of two (a weight's value
 //! is `d_w · scale · value`), `d_x` the Q8_K block's scale. The re-laid gemms' order
-//! ([`gemm_dot_ref`]): per super-block and per chunk of 64 (Q4_K) or 128 (Q2_K) values,
+//! (`gemm_dot_ref`): per super-block and per chunk of 64 (Q4_K) or 128 (Q2_K) values,
 //! `acc = fma(isum, d_w · d_x, acc)` and `accm = fma(msum, dmin_w · d_x, accm)`; the result
 //! `acc − accm`; the columns past the last whole group of four take the one-column order.
 //!
-//! Every format here decodes a super-block into one shape ([`Decoded`]: each value a signed
+//! Every format here decodes a super-block into one shape (`Decoded`: each value a signed
 //! byte, a scale and a min per run of sixteen), so one driver per order serves them all, a
 //! super-block decoded once per row and reused by every column; the integer sums come from
-//! the scalar reference ([`sums_ref`]) or an AVX2 kernel with the same integers
+//! the scalar reference (`sums_ref`) or an AVX2 kernel with the same integers
 //! (`tiled/x86_64.rs`). dspark uses these orders only where llama.cpp does: in a prompt's
 //! forward ([`crate::gemm::prompt_order`]) with at least [`MIN_COLUMNS`] columns. Verify
 //! forwards keep the one-column order, so a verify of n columns still equals n decode
