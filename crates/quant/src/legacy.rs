@@ -30,7 +30,8 @@
 //! those formats set [`Runs32::LANES`] and sum that way ([`dot_lanes_ref`], the AVX2 kernel
 //! `x86_64::rows_lanes_avx2`, and with AVX-512 VNNI packed tiles read lane by lane,
 //! `tiles::rows_lanes_vnni`), so their products are llama.cpp's bit for bit too; Q8_0
-//! shares that kernel.
+//! shares both (its tiles hold the signed values, met as `|w| · ±q` like ggml's sign
+//! trick: `TileRuns::TILE_SIGNED`).
 
 use crate::columns::Columns;
 use crate::format::BlockFormat;

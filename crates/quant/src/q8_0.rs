@@ -201,8 +201,9 @@ impl BlockFormat for Q8_0 {
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI
                     // and the AVX2 set.
-                    unsafe { crate::legacy::x86_64::rows_lanes_vnni::<Q8_0>(w, first, x, out) }
+                    unsafe { crate::legacy::tiles::rows_lanes_vnni::<Q8_0>(w, first, x, out) }
                 };
+                k.pack = Some(crate::legacy::tiles::pack::<Q8_0>);
             }
         }
         let _ = cpu;

@@ -17,6 +17,7 @@ pub(crate) const TYPES: &[GgmlType] = &[
     GgmlType::Q5_1,
     GgmlType::IQ4_NL,
     GgmlType::MXFP4,
+    GgmlType::Q8_0,
 ];
 
 fn kernel_sets() -> Vec<Kernels> {

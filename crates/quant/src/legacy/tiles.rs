@@ -77,6 +77,11 @@ pub(crate) trait TileRuns: Runs32 {
     /// registers themselves (many columns: four shifts per run), the same sums exactly.
     const HIGH_X16: bool = false;
 
+    /// Whether [`TileRuns::tile_codes`] gives the signed values themselves (Q8_0), met as
+    /// `|w| · ±q` with the sign of `w` (the AVX2 sign trick's products, its 8-bit wrap
+    /// included) rather than as unsigned codes; only the lane-order kernel reads these.
+    const TILE_SIGNED: bool = false;
+
     /// Whether the AVX2 kernel reads the tiles: its `vpmaddubsw` saturates pair sums, so
     /// every code must be at most 127.
     const AVX2: bool = true;
@@ -723,6 +728,15 @@ unsafe fn tile_lanes<F: TileRuns, const G: usize>(
                     *code = _mm512_srli_epi16::<4>(*code);
                 }
             }
+            // Signed values: their magnitudes as the unsigned operand, their signs as byte
+            // masks (a zero value's magnitude makes its product zero whatever the sign).
+            let mut negative = [0 as __mmask64; 8];
+            if F::TILE_SIGNED {
+                for k in 0..8 {
+                    negative[k] = _mm512_movepi8_mask(codes[k]);
+                    codes[k] = _mm512_abs_epi8(codes[k]);
+                }
+            }
             for c in 0..G {
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[c][j]));
                 for k in 0..8 {
@@ -739,6 +753,12 @@ unsafe fn tile_lanes<F: TileRuns, const G: usize>(
                         _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xk))
                     } else {
                         zero
+                    };
+                    // q negated (8-bit wrap) where the value is negative.
+                    let xk = if F::TILE_SIGNED {
+                        _mm512_mask_sub_epi8(xk, negative[k], zero, xk)
+                    } else {
+                        xk
                     };
                     let sums = _mm512_dpbusd_epi32(start, codes[k], xk);
                     acc[c][k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[c][k]);

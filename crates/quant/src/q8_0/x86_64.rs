@@ -204,3 +204,55 @@ impl crate::legacy::x86_64::Avx2Runs for super::Q8_0 {
         )
     }
 }
+
+/// Packed tiles of 16 Q8_0 rows for the lane-order AVX-512 VNNI kernel
+/// (`legacy::tiles::tile_lanes`): register k (64 bytes at 64k) lane r = values 4k..4k + 4
+/// of row r's block, as signed bytes; then the 16 scales (f16).
+impl crate::legacy::tiles::TileRuns for super::Q8_0 {
+    const TILE_BLOCK_BYTES: usize = 512 + 32;
+    const TILE_SIGNED: bool = true;
+    const AVX2: bool = false;
+
+    fn pack_block(blocks: &[&[u8]; crate::legacy::tiles::TILE_ROWS], out: &mut [u8]) {
+        for (r, b) in blocks.iter().enumerate() {
+            for k in 0..8 {
+                out[64 * k + 4 * r..64 * k + 4 * r + 4].copy_from_slice(&b[2 + 4 * k..6 + 4 * k]);
+            }
+        }
+        crate::legacy::tiles::pack_f16(blocks, 0, &mut out[512..544]);
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn tile_codes(p: *const u8, _sub: usize) -> [__m512i; 8] {
+        // SAFETY: the caller guarantees a whole tile block: eight 64-byte registers first.
+        std::array::from_fn(|k| unsafe { _mm512_loadu_si512(p.add(64 * k).cast()) })
+    }
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn tile_scales(p: *const u8) -> (__m512, __m512) {
+        // SAFETY: the caller guarantees a whole tile block: d at 512.
+        (
+            unsafe { crate::legacy::tiles::tile_f16(p.add(512)) },
+            _mm512_setzero_ps(),
+        )
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn tile_codes8(p: *const u8, _sub: usize, half: usize) -> [__m256i; 8] {
+        // SAFETY: the caller guarantees a whole tile block and half < 2.
+        std::array::from_fn(|k| unsafe { _mm256_loadu_si256(p.add(64 * k + 32 * half).cast()) })
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn tile_scales8(p: *const u8, half: usize) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees a whole tile block: d at 512, half < 2.
+        (
+            unsafe { crate::legacy::tiles::tile_f16_8(p.add(512), half) },
+            _mm256_setzero_ps(),
+        )
+    }
+}
