@@ -206,13 +206,18 @@ impl FormatKernels {
         }
     }
 
+    /// Whether llama.cpp re-lays `w` at load on this CPU ([`FormatKernels::relaid_rows`]).
+    pub fn relaid(&self, w: &Matrix<'_>) -> bool {
+        self.relaid_rows > 0 && w.rows.is_multiple_of(self.relaid_rows)
+    }
+
     /// The row kernel for `w` in a forward of `n` columns, `prompt` when the forward is a
     /// prompt's (see [`crate::tiled`]).
     pub fn rows_for(&self, w: &Matrix<'_>, n: usize, prompt: bool) -> RowKernel {
         if !prompt {
             return self.rows;
         }
-        if self.relaid_rows > 0 && w.rows.is_multiple_of(self.relaid_rows) {
+        if self.relaid(w) {
             // llama.cpp's re-laid kernels: grouped columns from four on.
             return match self.relaid_prompt_rows {
                 Some(k) if n > 3 => k,

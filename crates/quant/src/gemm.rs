@@ -107,7 +107,6 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
     let x = Columns::with(kernels, format.activation, x, first.cols);
     let n = x.count();
     let prompt = in_prompt_order();
-    let kernels: Vec<RowKernel> = ws.iter().map(|w| format.rows_for(w, n, prompt)).collect();
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
     }
@@ -115,7 +114,8 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
     // A task: rows first..first + k of one matrix, and those rows' slots in each of the n
     // column-major output columns.
     let mut tasks: Vec<(&Matrix<'_>, RowKernel, usize, Vec<&mut [f32]>)> = Vec::new();
-    for ((w, y), &kernel) in ws.iter().zip(ys.iter_mut()).zip(&kernels) {
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        let kernel = format.rows_for(w, n, prompt);
         let mut columns: Vec<_> = y
             .chunks_mut(w.rows)
             .map(|col| col.chunks_mut(per))
@@ -176,9 +176,8 @@ pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
 pub fn gemm_local_routed(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
     let format = table_row(crate::kernels(), w);
     let n = x.len() / w.cols.max(1);
-    let relaid = format.relaid_rows > 0 && w.rows.is_multiple_of(format.relaid_rows);
     match format.prompt_rows {
-        Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !relaid => {
+        Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !format.relaid(w) => {
             local_with(format, k, w, x, y)
         }
         _ => gemm_local(w, x, y),

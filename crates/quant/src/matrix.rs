@@ -165,6 +165,25 @@ pub fn group_size(n: usize, done: usize, max: usize) -> usize {
     }
 }
 
+/// The packed bytes and how many whole tiles of `rows_per_tile` rows (of `tile_bytes`
+/// bytes each) the task of `k` rows from `first` may take from them: `None` when the
+/// matrix has no packed copy, the task does not start on a tile, or no tile fits.
+pub(crate) fn packed_tiles<'a>(
+    w: &Matrix<'a>,
+    first: usize,
+    k: usize,
+    rows_per_tile: usize,
+    tile_bytes: usize,
+) -> Option<(&'a [u8], usize)> {
+    let packed = w.packed()?.as_bytes();
+    if !first.is_multiple_of(rows_per_tile) || tile_bytes == 0 {
+        return None;
+    }
+    let tiled = packed.len() / tile_bytes * rows_per_tile;
+    let tiles = k.min(tiled.saturating_sub(first)) / rows_per_tile;
+    (tiles > 0).then_some((packed, tiles))
+}
+
 /// Walks `out` (rows × `n` columns, row-major) by row and by column group ([`group_size`]
 /// with at most `max`), calling `f(row, first_column, group_out)`: the driver loop of the
 /// kernels that share one pass over a row among several columns.

@@ -144,7 +144,7 @@ impl BlockFormat for Q5K {
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {
                 // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                unsafe { x86_64::rows_lanes_avx2(w, first, x, out) }
+                unsafe { crate::kquant::x86_64::rows_avx2::<x86_64::Rows>(w, first, x, out) }
             };
         }
         let _ = cpu;

@@ -10,25 +10,19 @@
 use std::arch::x86_64::*;
 
 use super::{sub_scale, BLOCK_BYTES, KVALUES_IQ4NL};
-use crate::columns::Columns;
-use crate::matrix::{for_each_group, Matrix};
+use crate::kquant::x86_64::{self as x86k, KColumns};
 use crate::superblock::QK_K;
 use crate::x86_64::f16_at;
 
-/// Columns sharing one pass over a row.
-const GROUP: usize = 4;
-
-/// One row · G columns (`cols[c]`: column c's superblock scales and quants).
+/// One row · G columns of `x`.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; every column covers the row's superblocks
 /// (checked).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const G: usize>(row: &[u8], cols: [(&[f32], &[i8]); G], out: &mut [f32]) {
+unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
     let nb = row.len() / BLOCK_BYTES;
-    for (d, q) in &cols {
-        assert!(d.len() >= nb && q.len() >= nb * QK_K);
-    }
+    x.check(nb);
     // SAFETY: the table is 16 bytes.
     let table = unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) };
     let m4 = _mm_set1_epi8(0x0F);
@@ -51,7 +45,7 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [(&[f32], &[i8]); G], out: &mu
             std::array::from_fn(|ib| _mm256_set1_epi16(sub_scale(blk, ib) as i16));
         let dw = f16_at(blk, 0);
         for c in 0..G {
-            let (d, q) = cols[c];
+            let (d, q) = (x.d[c], x.q[c]);
             let mut sumi = _mm256_setzero_si256();
             for ib in 0..8 {
                 // SAFETY: sub-block ib's 32 quants of superblock b lie inside the column.
@@ -68,31 +62,14 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [(&[f32], &[i8]); G], out: &mu
     }
 }
 
-/// IQ4_XS rows `first..first + out.len() / n` · all n columns, row-major into `out`,
-/// columns in groups of up to four; a column's bits never depend on its group.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_lanes_avx2(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) {
-    let n = x.count();
-    let cols: Vec<(&[f32], &[i8])> = (0..n).map(|c| x.q8(c)).collect();
-    for_each_group(out, n, GROUP, |i, done, o| {
-        let row = w.row(first + i);
-        let c = |k: usize| cols[done + k];
+/// This format's AVX2 row kernel ([`x86k::RowGroup`]), run by [`x86k::rows_avx2`]: columns
+/// in groups of up to four, a column's bits never depending on its group.
+pub(crate) struct Rows;
+
+impl x86k::RowGroup for Rows {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-        unsafe {
-            match o.len() {
-                4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
-                3 => group::<3>(row, [c(0), c(1), c(2)], o),
-                2 => group::<2>(row, [c(0), c(1)], o),
-                _ => group::<1>(row, [c(0)], o),
-            }
-        }
-    });
+        unsafe { group::<G>(row, x, out) }
+    }
 }

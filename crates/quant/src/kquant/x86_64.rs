@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 use crate::columns::Columns;
 use crate::kquant::QK_K;
-use crate::matrix::{group_size, Matrix};
+use crate::matrix::{group_size, packed_tiles, Matrix};
 
 /// One Q8_K column as the kernels read it: per block the scale, the quants and the sums
 /// of sixteen.
@@ -239,25 +239,6 @@ pub(crate) fn half_scales(sc16: __m256i, n: usize) -> __m256i {
     } else {
         _mm256_permute2x128_si256::<0x11>(sc16, sc16)
     }
-}
-
-/// The packed bytes and how many whole tiles of `rows_per_tile` rows (of `tile_bytes`
-/// bytes each) the task of `k` rows from `first` may take from them: `None` when the
-/// matrix has no packed copy, the task does not start on a tile, or no tile fits.
-pub(crate) fn packed_tiles<'a>(
-    w: &Matrix<'a>,
-    first: usize,
-    k: usize,
-    rows_per_tile: usize,
-    tile_bytes: usize,
-) -> Option<(&'a [u8], usize)> {
-    let packed = w.packed()?.as_bytes();
-    if !first.is_multiple_of(rows_per_tile) || tile_bytes == 0 {
-        return None;
-    }
-    let tiled = packed.len() / tile_bytes * rows_per_tile;
-    let tiles = k.min(tiled.saturating_sub(first)) / rows_per_tile;
-    (tiles > 0).then_some((packed, tiles))
 }
 
 /// Rows per packed k-quant tile: the sixteen lanes of a 512-bit register, or two halves

@@ -32,7 +32,7 @@ use std::arch::x86_64::*;
 use super::x86_64::{rows_avx2, Avx2Runs, RunColumns};
 use super::Runs32;
 use crate::columns::Columns;
-use crate::matrix::{group_size, Matrix, Packed};
+use crate::matrix::{group_size, packed_tiles, Matrix, Packed};
 
 /// Rows per packed tile (the 32-bit lanes of an AVX-512 register).
 pub(crate) const TILE_ROWS: usize = 16;
@@ -426,21 +426,12 @@ unsafe fn packed_rows<F: TileRuns>(
     x: &Columns<'_>,
     out: &mut [f32],
 ) -> usize {
-    let Some(packed) = w.packed().map(|p| p.as_bytes()) else {
-        return 0;
-    };
-    if !first.is_multiple_of(TILE_ROWS) {
-        return 0;
-    }
     let n = x.count();
-    let k = out.len() / n;
     let nb = w.row_bytes() / F::BLOCK_BYTES;
     let tile_bytes = nb * F::TILE_BLOCK_BYTES;
-    let tiled = packed.len() / tile_bytes * TILE_ROWS;
-    let tiles = k.min(tiled.saturating_sub(first)) / TILE_ROWS;
-    if tiles == 0 {
+    let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
         return 0;
-    }
+    };
     let offset = F::TILE_OFFSET != 0;
     let mut done = 0;
     while done < n {
@@ -579,21 +570,12 @@ unsafe fn packed_rows_avx2<F: TileRuns>(
     x: &Columns<'_>,
     out: &mut [f32],
 ) -> usize {
-    let Some(packed) = w.packed().map(|p| p.as_bytes()) else {
-        return 0;
-    };
-    if !first.is_multiple_of(TILE_ROWS) {
-        return 0;
-    }
     let n = x.count();
-    let k = out.len() / n;
     let nb = w.row_bytes() / F::BLOCK_BYTES;
     let tile_bytes = nb * F::TILE_BLOCK_BYTES;
-    let tiled = packed.len() / tile_bytes * TILE_ROWS;
-    let tiles = k.min(tiled.saturating_sub(first)) / TILE_ROWS;
-    if tiles == 0 {
+    let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
         return 0;
-    }
+    };
     let offset = F::TILE_OFFSET != 0;
     let mut done = 0;
     while done < n {
@@ -791,21 +773,12 @@ unsafe fn packed_rows_lanes<F: TileRuns>(
     x: &Columns<'_>,
     out: &mut [f32],
 ) -> usize {
-    let Some(packed) = w.packed().map(|p| p.as_bytes()) else {
-        return 0;
-    };
-    if !first.is_multiple_of(TILE_ROWS) {
-        return 0;
-    }
     let n = x.count();
-    let k = out.len() / n;
     let nb = w.row_bytes() / F::BLOCK_BYTES;
     let tile_bytes = nb * F::TILE_BLOCK_BYTES;
-    let tiled = packed.len() / tile_bytes * TILE_ROWS;
-    let tiles = k.min(tiled.saturating_sub(first)) / TILE_ROWS;
-    if tiles == 0 {
+    let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
         return 0;
-    }
+    };
     let mut done = 0;
     while done < n {
         let g = group_size(n, done, GROUP_LANES);

@@ -10,16 +10,9 @@
 use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, D, DMIN, QH, QS, SCALES};
-use crate::columns::Columns;
+use crate::kquant::x86_64::{self as x86k, KColumns};
 use crate::kquant::{min_sum, scales_mins_k4, QK_K};
-use crate::matrix::{for_each_group, Matrix};
 use crate::x86_64::f16_at;
-
-/// A column's superblock scales, quants and Q8_K sums of sixteen.
-type KCol<'c> = (&'c [f32], &'c [i8], &'c [i16]);
-
-/// Columns sharing one pass over a row.
-const GROUP: usize = 4;
 
 /// One row · G columns.
 ///
@@ -27,11 +20,9 @@ const GROUP: usize = 4;
 /// The CPU must support AVX2, FMA and F16C; every column covers the row's super-blocks
 /// (checked).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]) {
+unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
     let nb = row.len() / BLOCK_BYTES;
-    for (d, q, s) in &cols {
-        assert!(d.len() >= nb && q.len() >= nb * QK_K && s.len() >= nb * 16);
-    }
+    x.check(nb);
     let m4 = _mm256_set1_epi8(0xF);
     let one = _mm256_set1_epi8(1);
     let mut acc = [_mm256_setzero_ps(); G];
@@ -59,7 +50,7 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]
         }
         let (dw, dminw) = (f16_at(b, D), f16_at(b, DMIN));
         for c in 0..G {
-            let (d, q, bs) = cols[c];
+            let (d, q, bs) = (x.d[c], x.q[c], x.bs[c]);
             // SAFETY: super-block i's 256 quants lie inside the column.
             let qx = unsafe { q.as_ptr().add(i * QK_K) };
             let mut sumi = _mm256_setzero_si256();
@@ -83,36 +74,14 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]
     }
 }
 
-/// Q5_K rows `first..first + out.len() / n` · all n columns, row-major into `out`,
-/// columns in groups of up to four; a column's bits never depend on its group.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_lanes_avx2(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) {
-    let n = x.count();
-    let cols: Vec<KCol<'_>> = (0..n)
-        .map(|c| {
-            let (d, q) = x.q8(c);
-            (d, q, x.q8_bsums(c))
-        })
-        .collect();
-    for_each_group(out, n, GROUP, |i, done, o| {
-        let row = w.row(first + i);
-        let c = |k: usize| cols[done + k];
+/// This format's AVX2 row kernel ([`x86k::RowGroup`]), run by [`x86k::rows_avx2`]: columns
+/// in groups of up to four, a column's bits never depending on its group.
+pub(crate) struct Rows;
+
+impl x86k::RowGroup for Rows {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-        unsafe {
-            match o.len() {
-                4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
-                3 => group::<3>(row, [c(0), c(1), c(2)], o),
-                2 => group::<2>(row, [c(0), c(1)], o),
-                _ => group::<1>(row, [c(0)], o),
-            }
-        }
-    });
+        unsafe { group::<G>(row, x, out) }
+    }
 }

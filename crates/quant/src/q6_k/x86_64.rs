@@ -11,16 +11,9 @@
 use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, D, QH, SCALES};
-use crate::columns::Columns;
+use crate::kquant::x86_64::{self as x86k, KColumns};
 use crate::kquant::QK_K;
-use crate::matrix::{for_each_group, Matrix};
 use crate::x86_64::f16_at;
-
-/// A column's superblock scales, quants and Q8_K sums of sixteen.
-type KCol<'c> = (&'c [f32], &'c [i8], &'c [i16]);
-
-/// Columns sharing one pass over a row.
-const GROUP: usize = 4;
 
 /// The i16 scales of runs of 16 for the 32 bytes of run `r` (0..8) of a super-block:
 /// scales `2r` (bytes 0..16) and `2r + 1` (bytes 16..32).
@@ -38,11 +31,9 @@ fn run_scales(sc: &[i8; 16], r: usize) -> __m256i {
 /// The CPU must support AVX2, FMA and F16C; every column covers the row's super-blocks
 /// (checked).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]) {
+unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
     let nb = row.len() / BLOCK_BYTES;
-    for (d, q, s) in &cols {
-        assert!(d.len() >= nb && q.len() >= nb * QK_K && s.len() >= nb * 16);
-    }
+    x.check(nb);
     let m15 = _mm256_set1_epi8(15);
     let m3 = _mm256_set1_epi8(3);
     let mut acc = [_mm256_setzero_ps(); G];
@@ -80,7 +71,7 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]
         let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(SCALES).cast()) });
         let dw = f16_at(b, D);
         for c in 0..G {
-            let (d, q, s) = cols[c];
+            let (d, q, s) = (x.d[c], x.q[c], x.bs[c]);
             // SAFETY: super-block i's 256 quants and 16 sums lie inside the column.
             let (qx, bs) = unsafe {
                 (
@@ -107,36 +98,14 @@ unsafe fn group<const G: usize>(row: &[u8], cols: [KCol<'_>; G], out: &mut [f32]
     }
 }
 
-/// Q6_K rows `first..first + out.len() / n` · all n columns, row-major into `out`,
-/// columns in groups of up to four; a column's bits never depend on its group.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_lanes_avx2(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) {
-    let n = x.count();
-    let cols: Vec<KCol<'_>> = (0..n)
-        .map(|c| {
-            let (d, q) = x.q8(c);
-            (d, q, x.q8_bsums(c))
-        })
-        .collect();
-    for_each_group(out, n, GROUP, |i, done, o| {
-        let row = w.row(first + i);
-        let c = |k: usize| cols[done + k];
+/// This format's AVX2 row kernel ([`x86k::RowGroup`]), run by [`x86k::rows_avx2`]: columns
+/// in groups of up to four, a column's bits never depending on its group.
+pub(crate) struct Rows;
+
+impl x86k::RowGroup for Rows {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
-        unsafe {
-            match o.len() {
-                4 => group::<4>(row, [c(0), c(1), c(2), c(3)], o),
-                3 => group::<3>(row, [c(0), c(1), c(2)], o),
-                2 => group::<2>(row, [c(0), c(1)], o),
-                _ => group::<1>(row, [c(0)], o),
-            }
-        }
-    });
+        unsafe { group::<G>(row, x, out) }
+    }
 }
