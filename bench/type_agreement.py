@@ -5,7 +5,8 @@ a JSONL file ({"prompt": ...} per line).
 Usage: python3 bench/type_agreement.py FILE.gguf [FILE.gguf ...] PROMPTS.jsonl
 
 Environment: NP prompts [6], T greedy tokens [32], THREADS [2],
-LLAMA_DUMP (bench/llama_dump.sh's binary) [/tmp/llama_dump],
+LLAMA_DUMP (bench/llama_dump.sh's binary) [/tmp/llama_dump], LLAMA_FLAGS (more
+llama_dump flags, e.g. `--no-repack`, with DSPARK_REPACK=0 for dspark) [],
 GREEDY_TOP (cargo build --release -p dspark-runtime --example greedy_top)
 [target/release/examples/greedy_top].
 
@@ -31,6 +32,7 @@ def main():
     greedy_top = os.environ.get("GREEDY_TOP", "target/release/examples/greedy_top")
     prompts = [json.loads(l)["prompt"] for l in open(prompts_path) if l.strip()][:n_prompts]
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    flags = os.environ.get("LLAMA_FLAGS", "").split()
     f32 = lambda v: struct.pack("<f", v)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "l.json")
@@ -38,7 +40,7 @@ def main():
             equal = exact = 0
             for p in prompts:
                 subprocess.run([dump, f, "--prompt", p, "--greedy", str(n_tokens), "--gen-top", "1",
-                                "--no-logits", "-t", threads, "--out", out],
+                                "--no-logits", "-t", threads, "--out", out, *flags],
                                check=True, env=env, capture_output=True)
                 theirs = json.load(open(out))
                 ours = json.loads(subprocess.run(

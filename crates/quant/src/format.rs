@@ -172,9 +172,22 @@ pub struct FormatKernels {
     /// The reference of `prompt_rows`.
     pub prompt_dot_ref: Option<DotFn>,
     /// llama.cpp re-lays this format's matrices whose row count is a multiple of this
-    /// (0: none) at load on this CPU; those keep its re-laid kernels in prompts too, so
-    /// `prompt_rows` is not for them.
+    /// (0: none) at load on this CPU, unless they are [`Matrix::not_relaid`]; those keep
+    /// its re-laid kernels in prompts too, so `prompt_rows` is not for them.
     pub relaid_rows: usize,
+    /// For the formats whose `rows` sum in the order of llama.cpp's re-laid kernels: rows
+    /// · columns in the order of its `vec_dot` (the bits of `vec_dot_ref`), which the
+    /// matrices it does not re-lay take in decode and verify steps (and in prompts where
+    /// no prompt kernel applies). `None`: `rows` serves every matrix.
+    pub vec_rows: Option<RowKernel>,
+    /// The reference of `vec_rows`.
+    pub vec_dot_ref: Option<DotFn>,
+    /// Rows · columns of a prompt's plain (not per-expert) product from two columns on,
+    /// for a matrix that is not re-laid, where llama.cpp's llamafile `tinyBLAS` runs it in
+    /// another order than `vec_dot` (IQ4_NL); the bits of `sgemm_dot_ref`.
+    pub sgemm_rows: Option<RowKernel>,
+    /// The reference of `sgemm_rows`.
+    pub sgemm_dot_ref: Option<DotFn>,
     /// Rows · columns of a prompt's forward with a re-laid matrix (more than three
     /// columns): columns in whole groups of four by `relaid_prompt_dot_ref`, the rest by
     /// `dot_ref`.
@@ -201,6 +214,10 @@ impl FormatKernels {
             prompt_rows: None,
             prompt_dot_ref: None,
             relaid_rows: 0,
+            vec_rows: None,
+            vec_dot_ref: None,
+            sgemm_rows: None,
+            sgemm_dot_ref: None,
             relaid_prompt_rows: None,
             relaid_prompt_dot_ref: None,
         }
@@ -208,25 +225,54 @@ impl FormatKernels {
 
     /// Whether llama.cpp re-lays `w` at load on this CPU ([`FormatKernels::relaid_rows`]).
     pub fn relaid(&self, w: &Matrix<'_>) -> bool {
-        self.relaid_rows > 0 && w.rows.is_multiple_of(self.relaid_rows)
+        self.relaid_rows > 0 && w.relayable() && w.rows.is_multiple_of(self.relaid_rows)
     }
 
-    /// The row kernel for `w` in a forward of `n` columns, `prompt` when the forward is a
-    /// prompt's (see [`crate::tiled`]).
+    /// The row kernel of `w`'s one-column products (decode and verify steps): `rows`, or
+    /// `vec_rows` where llama.cpp does not re-lay `w`.
+    pub fn step_rows(&self, w: &Matrix<'_>) -> RowKernel {
+        match self.vec_rows {
+            Some(k) if !self.relaid(w) => k,
+            _ => self.rows,
+        }
+    }
+
+    /// The reference dot product of [`FormatKernels::step_rows`] for `w`.
+    pub fn step_dot_ref(&self, w: &Matrix<'_>) -> DotFn {
+        match self.vec_dot_ref {
+            Some(d) if !self.relaid(w) => d,
+            _ => self.dot_ref,
+        }
+    }
+
+    /// The row kernel for `w` in a plain product of `n` columns, `prompt` when the forward
+    /// is a prompt's (see [`crate::tiled`]).
     pub fn rows_for(&self, w: &Matrix<'_>, n: usize, prompt: bool) -> RowKernel {
+        let step = self.step_rows(w);
         if !prompt {
-            return self.rows;
+            return step;
         }
         if self.relaid(w) {
             // llama.cpp's re-laid kernels: grouped columns from four on.
             return match self.relaid_prompt_rows {
                 Some(k) if n > 3 => k,
-                _ => self.rows,
+                _ => step,
             };
         }
+        match (self.prompt_rows, self.sgemm_rows) {
+            (Some(k), _) if n >= crate::tiled::MIN_COLUMNS => k,
+            (_, Some(k)) if n >= 2 => k,
+            _ => step,
+        }
+    }
+
+    /// The row kernel for `w` in a per-expert product of `n` routed tokens (llama.cpp's
+    /// `mul_mat_id`, which has no `tinyBLAS` path), `prompt` as for
+    /// [`FormatKernels::rows_for`].
+    pub fn routed_rows_for(&self, w: &Matrix<'_>, n: usize, prompt: bool) -> RowKernel {
         match self.prompt_rows {
-            Some(k) if n >= crate::tiled::MIN_COLUMNS => k,
-            _ => self.rows,
+            Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !self.relaid(w) => k,
+            _ => self.step_rows(w),
         }
     }
 

@@ -155,14 +155,31 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
 /// As [`gemm_with`].
 pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
     let format = table_row(crate::kernels(), w);
+    let step = format.step_rows(w);
     if x.len() == w.cols {
         let x = Columns::new(format.activation, x, w.cols);
         assert_eq!(y.len(), w.rows, "y must hold 1 column of {}", w.rows);
-        (format.rows)(w, 0, &x, y);
+        step(w, 0, &x, y);
         return;
     }
     // The kernel writes rows × columns; scatter into the columns, a tile of rows at a time.
-    local_with(format, format.rows, w, x, y)
+    local_with(format, step, w, x, y)
+}
+
+/// [`gemm_local`] for a plain product run from a parallel loop (a 3-D tensor's per-head
+/// slices, llama.cpp's batched `mul_mat`) in a prompt's forward when `prompt`: the order
+/// [`gemm_with`] would take inside [`prompt_order`] ([`FormatKernels::rows_for`]), which
+/// the loop's threads do not see, so the caller passes the flag.
+///
+/// # Panics
+/// As [`gemm_with`].
+pub fn gemm_local_plain(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
+    let format = table_row(crate::kernels(), w);
+    let n = x.len() / w.cols.max(1);
+    if n <= 1 {
+        return gemm_local(w, x, y);
+    }
+    local_with(format, format.rows_for(w, n, prompt), w, x, y)
 }
 
 /// [`gemm_local`] for a matrix of experts' tokens in a prompt's forward when `prompt`
@@ -176,12 +193,10 @@ pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
 pub fn gemm_local_routed(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
     let format = table_row(crate::kernels(), w);
     let n = x.len() / w.cols.max(1);
-    match format.prompt_rows {
-        Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !format.relaid(w) => {
-            local_with(format, k, w, x, y)
-        }
-        _ => gemm_local(w, x, y),
+    if n <= 1 {
+        return gemm_local(w, x, y);
     }
+    local_with(format, format.routed_rows_for(w, n, prompt), w, x, y)
 }
 
 /// [`gemm_local`] with row kernel `kernel`.

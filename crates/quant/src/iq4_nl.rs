@@ -9,7 +9,8 @@
 //!   `IQ4_NL.dequantize_blocks`, equal bit for bit): `d · KVALUES[i]` in f32.
 //! - `vec_dot_type`: Q8_0 (`type_traits_cpu` in `ggml/src/ggml-cpu/ggml-cpu.c`).
 //! - Summation order: `legacy.rs`'s, per block `acc = fma(d_w · d_x, Σ KVALUES[i]
-//!   q_x, acc)`.
+//!   q_x, acc)`, where llama.cpp re-lays the matrix; elsewhere its `vec_dot`'s two sets of
+//!   lanes, and in a prompt's plain products `tinyBLAS`'s one (`legacy::lanes_ref`).
 //! - Kernels (`iq4_nl/x86_64.rs`): AVX2 on the file's layout only (the table values reach
 //!   -127, too wide for `vpmaddubsw` with an offset, so it multiplies `|q_x|` by the values
 //!   with `q_x`'s sign, exact), AVX-512 VNNI on packed tiles of 16 rows (`KVALUES + 128` as
@@ -71,6 +72,8 @@ pub struct Iq4Nl;
 
 impl Runs32 for Iq4Nl {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
+    const PAIRED: bool = true;
+    const SGEMM: bool = true;
     fn scale(block: &[u8]) -> f32 {
         f16_at(block, 0)
     }

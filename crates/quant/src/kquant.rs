@@ -170,10 +170,15 @@ mod tests {
                     let x: Vec<f32> = (0..17 * cols).map(|_| rng.normal() * 2.0).collect();
                     for n in (1..=9).chain([16, 17]) {
                         let xc = Columns::with(k, f.activation, &x[..n * cols], cols);
-                        let want: Vec<u32> = (0..n)
-                            .flat_map(|c| (0..rows).map(move |r| (c, r)))
-                            .map(|(c, r)| (f.dot_ref)(w.row(r), &xc, c).to_bits())
-                            .collect();
+                        let want_with = |dot: crate::format::DotFn| -> Vec<u32> {
+                            (0..n)
+                                .flat_map(|c| (0..rows).map(move |r| (c, r)))
+                                .map(|(c, r)| dot(w.row(r), &xc, c).to_bits())
+                                .collect()
+                        };
+                        // A plain product takes `vec_dot`'s order where llama.cpp would
+                        // not re-lay the matrix (35 and 19 rows).
+                        let (want, tiles) = (want_with(f.step_dot_ref(&w)), want_with(f.dot_ref));
                         let run = |threads: usize| {
                             let pool = rayon::ThreadPoolBuilder::new()
                                 .num_threads(threads)
@@ -199,7 +204,7 @@ mod tests {
                             for c in 0..n {
                                 assert_eq!(
                                     y[r * n + c].to_bits(),
-                                    want[c * rows + r + 3],
+                                    tiles[c * rows + r + 3],
                                     "{} {} off a tile, row {r} column {c}",
                                     k.isa,
                                     f.ty
@@ -224,7 +229,8 @@ mod tests {
 
     /// Real rows of SmolLM2-135M's Q4_K_M file, against llama.cpp's x86 kernels on the
     /// same activations (`testdata/README.md`): the Q4_K dot equals llama.cpp's repacked
-    /// one-column kernel bit for bit on every kernel set; both formats stay within float
+    /// one-column kernel bit for bit on every kernel set, and its `vec_dot` where the
+    /// matrix is not re-laid; both formats stay within float
     /// rounding of ggml's other kernels and within 2 % of the dequantized rows' f32 dot.
     #[test]
     fn smollm2_rows_dot_as_llama_cpp_does() {
@@ -277,6 +283,13 @@ mod tests {
                         let want = bits_of("q4_k_gemv_8x8", c);
                         let got: Vec<u32> = ours.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(got, want, "{} Q4_K column {c}: llama.cpp's gemv", k.isa);
+                        // The same rows where llama.cpp does not re-lay them: its
+                        // `vec_dot`, bit for bit.
+                        let mut y1 = vec![0.0f32; rows];
+                        let xs = &x[c * cols..(c + 1) * cols];
+                        gemm_with(k, &w.not_relaid(), xs, &mut y1);
+                        let got: Vec<u32> = y1.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(got, bits_of(ggml, c), "{} Q4_K column {c}: vec_dot", k.isa);
                     }
                     for (r, (&o, g)) in ours.iter().zip(bits_of(ggml, c)).enumerate() {
                         let mut wf = vec![0.0f32; cols];

@@ -55,6 +55,15 @@ impl LaneAcc {
         self.summs = m.mul_add(s, self.summs);
     }
 
+    /// This set of lanes plus `other`'s, lane by lane (formats without mins).
+    #[inline(always)]
+    pub(crate) fn merged(self, other: LaneAcc) -> LaneAcc {
+        LaneAcc {
+            acc: std::array::from_fn(|l| self.acc[l] + other.acc[l]),
+            summs: self.summs + other.summs,
+        }
+    }
+
     /// `hsum8(acc)` (formats without mins).
     #[inline(always)]
     pub(crate) fn sum(self) -> f32 {

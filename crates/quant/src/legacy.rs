@@ -52,6 +52,13 @@ pub(crate) trait Runs32: BlockFormat {
     /// formats llama.cpp does not re-lay on x86 — Q4_1, Q5_0, Q5_1) rather than the
     /// run-by-run order of its re-laid kernels ([`dot_ref`]).
     const LANES: bool = false;
+    /// Whether ggml's x86 `vec_dot` of this format keeps two sets of lanes, blocks
+    /// alternating between them, and sums an odd last block alone (IQ4_NL, MXFP4; see
+    /// [`lanes_ref`]).
+    const PAIRED: bool = false;
+    /// Whether llamafile's `tinyBLAS` runs this format's prompt products (Q4_0, Q5_0,
+    /// Q8_0, IQ4_NL; it has no MXFP4 kernel).
+    const SGEMM: bool = false;
     /// The block's scale `d_w` as f32.
     fn scale(block: &[u8]) -> f32;
     /// The block's min `m_w` as f32 (only read when [`Runs32::HAS_MIN`]).
@@ -98,20 +105,43 @@ pub(crate) fn dot_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
     }
 }
 
-/// The reference dot product in ggml's x86 `vec_dot` order (Q4_1, Q5_0, Q5_1; one run per
-/// block): eight lanes, lane `l` of each run the exact integer sum of its values `4l..4l +
-/// 4` times the activation quants; per run, in order, `lane_l = fma(d_w · d_x, isum_l,
-/// lane_l)`; the lanes reduced by [`crate::lanes::hsum8`]. Formats with a min add `m_w ·
-/// s_x` per block to a scalar in order (`macc = fma(m_w, s_x, macc)`, as the compiler
-/// fuses ggml's `summs += m·s`), and the result is `hsum + macc`.
+/// The reference dot product in ggml's x86 `vec_dot` order: [`lanes_ref`] with the
+/// format's pairing ([`Runs32::PAIRED`]). The order of Q4_1, Q5_0, Q5_1 and Q8_0 always,
+/// and of Q4_0, IQ4_NL and MXFP4 matrices llama.cpp does not re-lay.
 pub(crate) fn dot_lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    lanes_ref::<F>(row, x, c, F::PAIRED)
+}
+
+/// [`lanes_ref`] with one set of lanes: llama.cpp's llamafile `tinyBLAS` order, which its
+/// prompts' products of IQ4_NL take (for the other formats it has, the same as their
+/// `vec_dot`).
+pub(crate) fn dot_single_lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    lanes_ref::<F>(row, x, c, false)
+}
+
+/// The sum in ggml's x86 lane order (one run per block): eight lanes, lane `l` of each run
+/// the exact integer sum of its values `4l..4l + 4` times the activation quants; per run,
+/// in order, `lane_l = fma(d_w · d_x, isum_l, lane_l)`; the lanes reduced by
+/// [`crate::lanes::hsum8`]. Formats with a min add `m_w · s_x` per block to a scalar in
+/// order (`macc = fma(m_w, s_x, macc)`, as the compiler fuses ggml's `summs += m·s`), and
+/// the result is `hsum + macc`. `paired` (formats without a min): blocks `2i` and `2i + 1`
+/// go to two sets of lanes, added lane by lane before the reduction, and an odd last block
+/// is added alone afterwards, `hsum + (d_w · d_x) · Σ isum` (two roundings: ggml's scalar
+/// tail, which its compiler leaves unfused, as llama.cpp's products show).
+pub(crate) fn lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize, paired: bool) -> f32 {
+    debug_assert!(
+        !(paired && F::HAS_MIN),
+        "paired lanes are for formats without a min"
+    );
     let (xd, xq) = x.q8(c);
     let xs = x.q8_sums(c);
-    let mut acc = crate::lanes::LaneAcc::default();
+    let mut acc = [crate::lanes::LaneAcc::default(); 2];
+    let nb = row.len() / F::BLOCK_BYTES;
+    let mut tail = None;
     for (b, block) in row.chunks_exact(F::BLOCK_BYTES).enumerate() {
         let d = F::scale(block);
         if F::HAS_MIN {
-            acc.add_min(F::min(block), xs[b]);
+            acc[0].add_min(F::min(block), xs[b]);
         }
         for sub in 0..F::SUBS {
             let j = b * F::SUBS + sub;
@@ -119,13 +149,24 @@ pub(crate) fn dot_lanes_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) ->
             let v = F::values(block, sub);
             let lanes: [i32; 8] =
                 std::array::from_fn(|l| (4 * l..4 * l + 4).map(|i| v[i] * i32::from(q[i])).sum());
-            acc.add(d * xd[j], &lanes);
+            if paired && nb % 2 == 1 && b == nb - 1 {
+                tail = Some((d * xd[j], lanes.iter().sum::<i32>()));
+            } else {
+                acc[if paired { b % 2 } else { 0 }].add(d * xd[j], &lanes);
+            }
         }
     }
     if F::HAS_MIN {
-        acc.sum_with_mins()
+        return acc[0].sum_with_mins();
+    }
+    let sum = if paired {
+        acc[0].merged(acc[1]).sum()
     } else {
-        acc.sum()
+        acc[0].sum()
+    };
+    match tail {
+        Some((d, isum)) => sum + d * isum as f32,
+        None => sum,
     }
 }
 
@@ -165,10 +206,7 @@ pub(crate) fn kernels<F: tiles::TileRuns + x86_64::Avx2Runs>(
     let mut k = crate::format::FormatKernels::reference::<F>();
     if F::LANES {
         if cpu.has_avx2() {
-            k.rows = |w, first, x, out| {
-                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                unsafe { x86_64::rows_lanes_avx2::<F>(w, first, x, out) }
-            };
+            k.rows = lane_kernel::<F>(false, false);
         }
         if cpu.isa() == crate::cpu::Isa::Avx512Vnni {
             k.rows = |w, first, x, out| {
@@ -180,7 +218,13 @@ pub(crate) fn kernels<F: tiles::TileRuns + x86_64::Avx2Runs>(
         }
         return k;
     }
+    lane_orders::<F>(&mut k);
     if cpu.has_avx2() {
+        let vnni = cpu.isa() == crate::cpu::Isa::Avx512Vnni;
+        k.vec_rows = Some(lane_kernel::<F>(F::PAIRED, vnni));
+        if k.sgemm_rows.is_some() {
+            k.sgemm_rows = Some(lane_kernel::<F>(false, vnni));
+        }
         k.rows = |w, first, x, out| {
             // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
             unsafe { x86_64::rows_avx2::<F>(w, first, x, out) }
@@ -204,11 +248,64 @@ pub(crate) fn kernels<F: tiles::TileRuns + x86_64::Avx2Runs>(
     k
 }
 
+/// The lane-order kernel of `F` on the file's layout: two sets of lanes when `paired`
+/// ([`lanes_ref`]), `vpdpbusd` sums with `vnni`.
+#[cfg(target_arch = "x86_64")]
+fn lane_kernel<F: tiles::TileRuns + x86_64::Avx2Runs>(
+    paired: bool,
+    vnni: bool,
+) -> crate::matrix::RowKernel {
+    // The table builds these only from a `Detected` with AVX2, FMA and F16C, and with
+    // `vnni` AVX-512 F, VL, BW and VNNI too.
+    match (paired, vnni) {
+        (false, false) => |w, first, x, out| {
+            // SAFETY: AVX2, FMA and F16C (above).
+            unsafe { x86_64::rows_lanes_avx2::<F, false>(w, first, x, out) }
+        },
+        (true, false) => |w, first, x, out| {
+            // SAFETY: AVX2, FMA and F16C (above).
+            unsafe { x86_64::rows_lanes_avx2::<F, true>(w, first, x, out) }
+        },
+        (false, true) => |w, first, x, out| {
+            // SAFETY: the AVX2 set and AVX-512 VNNI (above).
+            unsafe { x86_64::rows_lanes_vnni::<F, false>(w, first, x, out) }
+        },
+        (true, true) => |w, first, x, out| {
+            // SAFETY: the AVX2 set and AVX-512 VNNI (above).
+            unsafe { x86_64::rows_lanes_vnni::<F, true>(w, first, x, out) }
+        },
+    }
+}
+
+/// The lane orders of a format whose `rows` are llama.cpp's re-laid order (Q4_0, IQ4_NL,
+/// MXFP4): its `vec_dot` for the matrices llama.cpp does not re-lay, and for IQ4_NL the
+/// `tinyBLAS` order of their prompt products (one set of lanes where `vec_dot` has two).
+fn lane_orders<F: Runs32>(k: &mut crate::format::FormatKernels) {
+    // llama.cpp re-lays these formats' matrices of multiples of 8 rows on AVX2 CPUs
+    // (`repack.cpp`); the others run its `vec_dot`, prompts its `tinyBLAS`. Every kernel
+    // set, the scalar one included, mirrors that build, as the lane orders of the other
+    // formats of this family do.
+    k.relaid_rows = 8;
+    k.vec_dot_ref = Some(dot_lanes_ref::<F>);
+    k.vec_rows =
+        Some(|w, first, x, out| crate::format::rows_by_dot(w, first, x, out, dot_lanes_ref::<F>));
+    if F::PAIRED && F::SGEMM {
+        k.sgemm_dot_ref = Some(dot_single_lanes_ref::<F>);
+        k.sgemm_rows = Some(|w, first, x, out| {
+            crate::format::rows_by_dot(w, first, x, out, dot_single_lanes_ref::<F>)
+        });
+    }
+}
+
 /// The kernel-table row of `F` for `cpu`: the references (no SIMD kernels off x86-64).
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) fn kernels<F: Runs32>(cpu: crate::cpu::Detected) -> crate::format::FormatKernels {
     let _ = cpu;
-    crate::format::FormatKernels::reference::<F>()
+    let mut k = crate::format::FormatKernels::reference::<F>();
+    if !F::LANES {
+        lane_orders::<F>(&mut k);
+    }
+    k
 }
 
 #[cfg(target_arch = "x86_64")]

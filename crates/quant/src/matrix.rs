@@ -21,6 +21,8 @@ pub struct Matrix<'a> {
     row_bytes: usize,
     /// The same rows re-laid by the format for its kernels ([`Packed`]).
     packed: Option<&'a Packed>,
+    /// Whether llama.cpp may re-lay this matrix at load ([`Matrix::not_relaid`]).
+    relayable: bool,
 }
 
 impl<'a> Matrix<'a> {
@@ -40,6 +42,7 @@ impl<'a> Matrix<'a> {
             data,
             row_bytes,
             packed: None,
+            relayable: true,
         })
     }
 
@@ -57,6 +60,24 @@ impl<'a> Matrix<'a> {
             packed: Some(p),
             ..self
         }
+    }
+
+    /// This matrix as one llama.cpp computes from the file's layout, never re-laid
+    /// (`repack.cpp`'s): a 3-D tensor's slice in a plain product (MLA's per-head
+    /// `attn_k_b`), or any matrix of a model run as llama.cpp's `--no-repack` runs it. The
+    /// kernels then take the format's one-column order for such matrices
+    /// ([`FormatKernels::vec_rows`]).
+    pub fn not_relaid(self) -> Matrix<'a> {
+        Matrix {
+            relayable: false,
+            ..self
+        }
+    }
+
+    /// Whether llama.cpp may re-lay this matrix (its format and row count decide the
+    /// rest: [`FormatKernels::relaid`]).
+    pub fn relayable(&self) -> bool {
+        self.relayable
     }
 
     /// The packed copy, if any.

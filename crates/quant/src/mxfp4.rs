@@ -14,7 +14,9 @@
 //!   `MXFP4.dequantize_blocks`, equal bit for bit): `d · KVALUES[i]` in f32.
 //! - `vec_dot_type`: Q8_0 (`type_traits_cpu` in `ggml/src/ggml-cpu/ggml-cpu.c`).
 //! - Summation order: `legacy.rs`'s, per block `acc = fma(d_w · d_x, Σ KVALUES[i]
-//!   q_x, acc)` with `d_w = e8m0_half(e)`.
+//!   q_x, acc)` with `d_w = e8m0_half(e)`, where llama.cpp re-lays the matrix; elsewhere
+//!   (`--no-repack`, 3-D tensors in plain products) its `vec_dot`'s two sets of lanes
+//!   (`legacy::lanes_ref`).
 //! - Kernels (`mxfp4/x86_64.rs`): packed tiles of 16 rows (read by an AVX2 kernel in halves
 //!   of eight rows and by an AVX-512 VNNI one), the file's layout (AVX2, eight rows per
 //!   register) for rows outside whole tiles, all multiplying `KVALUES + 12` (unsigned
@@ -85,6 +87,7 @@ pub struct Mxfp4;
 
 impl Runs32 for Mxfp4 {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
+    const PAIRED: bool = true;
     fn scale(block: &[u8]) -> f32 {
         e8m0_half(block[0])
     }

@@ -87,6 +87,40 @@ fn block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> (i32, i32) {
     (isum, msum)
 }
 
+/// The exact integer parts of ggml's x86 `vec_dot` of one super-block (`vec_dot_q2_K_q8_K`,
+/// `ggml-cpu/arch/x86/quants.c`): eight lanes of mins, lane `l` the mins of sub-blocks
+/// `2l` and `2l + 1` times their Q8_K sums of sixteen, and eight lanes of values, lane `l`
+/// the sum of `sc_t · q · x` over the values `4l..4l + 4` of each run of 32.
+fn vec_block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> ([i32; 8], [i32; 8]) {
+    let mins = std::array::from_fn(|l| {
+        (2 * l..2 * l + 2)
+            .map(|t| i32::from(b[t] >> 4) * i32::from(bsums[t]))
+            .sum()
+    });
+    let lanes = crate::lanes::position_lanes(QK_K, |v| {
+        i32::from(b[v / 16] & 0xF) * i32::from(quant(b, v)) * i32::from(xq[v])
+    });
+    (mins, lanes)
+}
+
+/// The dot product in ggml's x86 `vec_dot` order, which llama.cpp runs for the Q2_K
+/// matrices it does not re-lay (all of them without AVX-512; 3-D tensors in plain products,
+/// rows not a multiple of 8, `--no-repack`): per super-block, into one set of eight lanes,
+/// first `acc_l = fma(−(d_x · dmin), mins_l, acc_l)`, then `acc_l = fma(d_x · d, lane_l,
+/// acc_l)` ([`vec_block_sums`]); the result is `hsum8(acc)`.
+fn dot_vec_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    let (xd, xq) = x.q8(c);
+    let bs = x.q8_bsums(c);
+    let mut acc = crate::lanes::LaneAcc::default();
+    for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+        let (mins, lanes) =
+            vec_block_sums(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
+        acc.add(-(xd[i] * f16_at(b, DMIN)), &mins);
+        acc.add(xd[i] * f16_at(b, D), &lanes);
+    }
+    acc.sum()
+}
+
 /// The Q2_K format.
 pub struct Q2K;
 
@@ -138,11 +172,19 @@ impl BlockFormat for Q2K {
         } else {
             0
         };
+        // The other matrices take its `vec_dot` order.
+        k.vec_dot_ref = Some(dot_vec_ref);
+        k.vec_rows =
+            Some(|w, first, x, out| crate::format::rows_by_dot(w, first, x, out, dot_vec_ref));
         #[cfg(target_arch = "x86_64")]
         {
             use crate::cpu::Isa;
             use crate::kquant::x86_64 as x86k;
             if cpu.has_avx2() {
+                k.vec_rows = Some(|w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                    unsafe { x86k::rows_avx2::<x86_64::VecRows>(w, first, x, out) }
+                });
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                     unsafe { x86k::rows_tiled_avx2::<x86_64::Rows>(w, first, x, out) }

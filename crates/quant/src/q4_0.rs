@@ -7,7 +7,8 @@
 //!   `Q4_0.dequantize_blocks`, equal bit for bit): `(q − 8) · d` in f32.
 //! - `vec_dot_type`: Q8_0 (`type_traits_cpu` in `ggml/src/ggml-cpu/ggml-cpu.c`).
 //! - Summation order: `legacy.rs`'s, per block `acc = fma(d_w · d_x, Σ (q_w − 8)
-//!   q_x, acc)`.
+//!   q_x, acc)`, where llama.cpp re-lays the matrix; elsewhere its `vec_dot`'s one set
+//!   of eight lanes (`legacy::lanes_ref`).
 //! - Kernels (`q4_0/x86_64.rs`): packed tiles of 16 rows (read by an AVX2 kernel in halves
 //!   of eight rows and by an AVX-512 VNNI one), the file's layout (AVX2, eight rows per
 //!   register) for rows outside whole tiles, all multiplying the raw nibbles (`q_w`,

@@ -94,6 +94,44 @@ pub(crate) fn block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> (i32, i32) {
     (isum, min_sum(&m, 2, bsums))
 }
 
+/// The exact integer parts of ggml's x86 `vec_dot` of one super-block (`vec_dot_q4_K_q8_K`,
+/// `ggml-cpu/arch/x86/quants.c`): eight lanes, lane `l` the sum over the sub-blocks `s`
+/// of `sc_s · q · x` over their values `4l..4l + 4`, and four lanes of mins, lane `k` the
+/// mins of sub-blocks `2k` and `2k + 1` times their Q8_K sums of 32.
+pub(crate) fn vec_block_sums(b: &[u8], xq: &[i8], bsums: &[i16]) -> ([i32; 8], [i32; 4]) {
+    let (sc, m) = scales_mins_k4(&b[SCALES..QS]);
+    let lanes = crate::lanes::position_lanes(QK_K, |v| {
+        i32::from(sc[v / 32]) * i32::from(quant(b, v)) * i32::from(xq[v])
+    });
+    let sub = |s: usize| i32::from(bsums[2 * s]) + i32::from(bsums[2 * s + 1]);
+    let mins = std::array::from_fn(|k| {
+        i32::from(m[2 * k]) * sub(2 * k) + i32::from(m[2 * k + 1]) * sub(2 * k + 1)
+    });
+    (lanes, mins)
+}
+
+/// The dot product in ggml's x86 `vec_dot` order, which llama.cpp runs for the Q4_K
+/// matrices it does not re-lay (3-D tensors in plain products, rows not a multiple of 8,
+/// `--no-repack`): per super-block the lanes of [`vec_block_sums`], `acc_l = fma(d_x ·
+/// d, lane_l, acc_l)` and `accm_k = fma(−(d_x · dmin), mins_k, accm_k)`; the result is
+/// `hsum8(acc) + ((accm_0 + accm_2) + (accm_1 + accm_3))`.
+pub(crate) fn dot_vec_ref(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
+    let (xd, xq) = x.q8(c);
+    let bs = x.q8_bsums(c);
+    let mut acc = crate::lanes::LaneAcc::default();
+    let mut accm = [0.0f32; 4];
+    for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+        let (lanes, mins) =
+            vec_block_sums(b, &xq[i * QK_K..(i + 1) * QK_K], &bs[16 * i..16 * (i + 1)]);
+        let (d, dmin) = (xd[i] * f16_at(b, D), -(xd[i] * f16_at(b, DMIN)));
+        acc.add(d, &lanes);
+        for (a, &v) in accm.iter_mut().zip(&mins) {
+            *a = dmin.mul_add(v as f32, *a);
+        }
+    }
+    acc.sum() + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+}
+
 /// The Q4_K format.
 pub struct Q4K;
 
@@ -142,12 +180,21 @@ impl BlockFormat for Q4K {
         crate::tiled::install::<Q4K, 64>(&mut k, cpu);
         // llama.cpp re-lays matrices of multiples of 8 rows on AVX2 CPUs (`repack.cpp`), and
         // those keep the re-laid kernels in prompts.
-        k.relaid_rows = if cpu.has_avx2() { 8 } else { 0 };
+        // Every kernel set mirrors that build (as `crate::legacy`'s formats do); the other
+        // matrices take its `vec_dot` order.
+        k.relaid_rows = 8;
+        k.vec_dot_ref = Some(dot_vec_ref);
+        k.vec_rows =
+            Some(|w, first, x, out| crate::format::rows_by_dot(w, first, x, out, dot_vec_ref));
         #[cfg(target_arch = "x86_64")]
         {
             use crate::cpu::Isa;
             use crate::kquant::x86_64 as x86k;
             if cpu.has_avx2() {
+                k.vec_rows = Some(|w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                    unsafe { x86k::rows_avx2::<x86_64::VecRows>(w, first, x, out) }
+                });
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                     unsafe { x86k::rows_tiled_avx2::<x86_64::Rows>(w, first, x, out) }

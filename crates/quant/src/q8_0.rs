@@ -194,7 +194,9 @@ impl BlockFormat for Q8_0 {
                 };
                 k.rows = |w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                    unsafe { crate::legacy::x86_64::rows_lanes_avx2::<Q8_0>(w, first, x, out) }
+                    unsafe {
+                        crate::legacy::x86_64::rows_lanes_avx2::<Q8_0, false>(w, first, x, out)
+                    }
                 };
             }
             if cpu.isa() == crate::cpu::Isa::Avx512Vnni {

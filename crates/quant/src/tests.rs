@@ -395,31 +395,90 @@ pub(crate) mod formats {
         }
     }
 
-    /// A format's dot product is its reference's, bit for bit, in every kernel set.
+    /// A format's dot products are its references', bit for bit, in every kernel set: its
+    /// `rows`, and where it has them its `vec_dot` and `tinyBLAS` orders, for one to eight
+    /// columns (the kernels' passes differ with the count).
     #[test]
     fn fast_dot_gives_the_bits_of_the_reference() {
         let mut rng = Rng(21);
         for k in fast_kernels() {
             for f in &k.formats {
+                assert_eq!(f.vec_rows.is_some(), f.vec_dot_ref.is_some(), "{}", f.ty);
+                assert_eq!(
+                    f.sgemm_rows.is_some(),
+                    f.sgemm_dot_ref.is_some(),
+                    "{}",
+                    f.ty
+                );
+                let orders = [
+                    Some(("rows", f.rows, f.dot_ref)),
+                    f.vec_rows.zip(f.vec_dot_ref).map(|(r, d)| ("vec", r, d)),
+                    f.sgemm_rows
+                        .zip(f.sgemm_dot_ref)
+                        .map(|(r, d)| ("sgemm", r, d)),
+                ];
                 for cols in sizes(f) {
                     let rows = 3;
                     let w = matrix(f, rows, cols, &mut rng);
                     let m = Matrix::new(f.ty, rows, cols, &w).unwrap();
-                    let x: Vec<f32> = (0..2 * cols).map(|_| rng.normal()).collect();
+                    let x: Vec<f32> = (0..8 * cols).map(|_| rng.normal()).collect();
+                    for n in [1, 2, 5, 8] {
+                        let xc = Columns::with(&k, f.activation, &x[..n * cols], cols);
+                        for (order, kernel, dot) in orders.iter().flatten() {
+                            if *order == "rows" && n > 2 && cols > 33 * f.block_len() {
+                                continue; // the long rows are covered by two columns
+                            }
+                            let mut fast = vec![0.0f32; rows * n];
+                            kernel(&m, 0, &xc, &mut fast);
+                            for r in 0..rows {
+                                for c in 0..n {
+                                    let want = dot(m.row(r), &xc, c);
+                                    assert_eq!(
+                                        fast[r * n + c].to_bits(),
+                                        want.to_bits(),
+                                        "{} {} {order} cols {cols} n {n} row {r} column {c}: {} vs {want}",
+                                        k.isa,
+                                        f.ty,
+                                        fast[r * n + c]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// llama.cpp re-lays a matrix (and dspark takes its re-laid order) only when the
+    /// format, the row count and the matrix allow it: a plain product of a matrix of 16
+    /// rows gives `dot_ref`'s bits where the format re-lays 8-row groups, the `vec_dot`
+    /// order's once the matrix is marked not re-laid or its rows are not whole groups.
+    #[test]
+    fn matrices_llama_cpp_does_not_re_lay_take_the_vec_dot_order() {
+        let mut rng = Rng(31);
+        for k in fast_kernels() {
+            for f in k.formats.iter().filter(|f| f.vec_dot_ref.is_some()) {
+                let cols = 5 * f.block_len().max(32);
+                for rows in [16, 13] {
+                    let data = matrix(f, rows, cols, &mut rng);
+                    let plain = Matrix::new(f.ty, rows, cols, &data).unwrap();
+                    let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
                     let xc = Columns::with(&k, f.activation, &x, cols);
-                    let mut fast = [0.0f32; 6];
-                    (f.rows)(&m, 0, &xc, &mut fast);
-                    for r in 0..rows {
-                        for c in 0..2 {
-                            let want = (f.dot_ref)(m.row(r), &xc, c);
-                            assert_eq!(
-                                fast[r * 2 + c].to_bits(),
-                                want.to_bits(),
-                                "{} {} cols {cols} row {r} column {c}: {} vs {want}",
-                                k.isa,
-                                f.ty,
-                                fast[r * 2 + c]
-                            );
+                    for m in [plain, plain.not_relaid()] {
+                        let mut y = vec![0.0f32; rows];
+                        gemm_with(&k, &m, &x, &mut y);
+                        let relaid =
+                            f.relaid_rows > 0 && rows % f.relaid_rows == 0 && m.relayable();
+                        assert_eq!(f.relaid(&m), relaid, "{} {}", k.isa, f.ty);
+                        let dot = if relaid {
+                            f.dot_ref
+                        } else {
+                            f.vec_dot_ref.unwrap()
+                        };
+                        for (r, got) in y.iter().enumerate() {
+                            let want = dot(m.row(r), &xc, 0);
+                            assert_eq!(got.to_bits(), want.to_bits(), "{} {} row {r}", k.isa, f.ty);
                         }
                     }
                 }

@@ -36,6 +36,17 @@ pub fn available_memory() -> Option<u64> {
     }
 }
 
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), or `None` when unknown.
+pub fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    line.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
+}
+
 /// Refuses `bytes` for `what` when it exceeds the memory available.
 pub fn check_fits(bytes: u64, what: &str) -> Result<()> {
     let available = available_memory();

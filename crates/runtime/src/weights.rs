@@ -49,6 +49,8 @@ pub(crate) struct WeightRef {
     offset: usize,
     len: usize,
     packed: Option<Arc<Packed>>,
+    /// Whether llama.cpp may re-lay the matrix ([`Layout::relaid`], [`WeightRef::not_relaid`]).
+    relaid: bool,
     /// The verdict on the whole tensor's values, made once (shared by row ranges).
     check: Arc<ValueCheck>,
 }
@@ -68,9 +70,9 @@ struct ValueCheck {
 impl WeightRef {
     /// Locates `t` in `bytes`. The contract checked `t` in a file parsed from `bytes`; a
     /// tensor that does not lie inside them (a proof from another file) is an error.
-    /// With `pack`, the matrix also gets packed tiles when this CPU's kernel reads them
-    /// (see [`packs`]).
-    pub fn locate(bytes: &[u8], t: &TensorRef<'_>, pack: bool) -> Result<WeightRef> {
+    /// `layout` says whether the matrix gets packed tiles when this CPU's kernel reads them
+    /// and whether llama.cpp would re-lay it ([`Layout`]).
+    pub fn locate(bytes: &[u8], t: &TensorRef<'_>, layout: Layout) -> Result<WeightRef> {
         let base = bytes.as_ptr() as usize;
         let at = (t.data.as_ptr() as usize).checked_sub(base);
         let inside = at.filter(|&o| {
@@ -90,7 +92,12 @@ impl WeightRef {
                 format!("type {} has no kernel", t.ty),
             ));
         };
-        let packed = if pack {
+        let m = if layout.relaid { m } else { m.not_relaid() };
+        // A matrix that takes the `vec_dot` order reads the file's layout.
+        let reads_tiles = m
+            .format()
+            .is_some_and(|f| f.relaid(&m) || f.vec_rows.is_none());
+        let packed = if layout.pack && reads_tiles {
             m.format()
                 .and_then(|f| f.pack)
                 .map_or(Ok(None), |pack| pack(&m))
@@ -114,6 +121,7 @@ impl WeightRef {
             offset,
             len: t.data.len(),
             packed,
+            relaid: layout.relaid,
             check: Arc::new(ValueCheck {
                 name: t.name.to_string(),
                 verdict: OnceLock::new(),
@@ -123,6 +131,19 @@ impl WeightRef {
                 cols: t.cols,
             }),
         })
+    }
+
+    /// This weight as llama.cpp holds a 3-D tensor's slice in a plain product (MLA's
+    /// per-head `attn_k_b`): never re-laid ([`Matrix::not_relaid`]), so without packed
+    /// tiles where its kernel would not read them.
+    pub fn not_relaid(self) -> WeightRef {
+        let vec_order = dspark_quant::format_of(self.ty).is_some_and(|f| f.vec_rows.is_some());
+        let packed = self.packed.clone().filter(|_| !vec_order);
+        WeightRef {
+            relaid: false,
+            packed,
+            ..self
+        }
     }
 
     /// This weight under another name in its errors (an expert of a stacked tensor is
@@ -167,6 +188,7 @@ impl WeightRef {
             &bytes[self.offset..self.offset + self.len],
         )
         .expect("located and checked at load");
+        let m = if self.relaid { m } else { m.not_relaid() };
         match &self.packed {
             Some(p) => m.with_packed(p),
             None => m,
@@ -203,6 +225,7 @@ impl WeightRef {
             offset: self.offset + first * row_bytes,
             len: n * row_bytes,
             packed: None,
+            relaid: self.relaid,
             check: Arc::clone(&self.check),
         }
     }
@@ -287,13 +310,35 @@ pub(crate) fn embed_rows(
 /// packed copy beside the file's pages).
 pub const PACK_LIMIT: u64 = 256 << 20;
 
-/// Whether a model file of `file_bytes` gets packed tiles: `DSPARK_PACK=1` always, `=0`
-/// never, otherwise when the file is at most [`PACK_LIMIT`].
-pub(crate) fn packs(file_bytes: u64) -> bool {
-    match std::env::var("DSPARK_PACK").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => file_bytes <= PACK_LIMIT,
+/// How a model's matrices are held, decided once per file at load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Whether matrices get packed tiles where this CPU's kernels read them (the same bits
+    /// either way): `DSPARK_PACK=1` always, `=0` never, otherwise for files up to
+    /// [`PACK_LIMIT`].
+    pub pack: bool,
+    /// Whether products take the order of llama.cpp's re-laid kernels where it re-lays a
+    /// matrix (its default, `repack.cpp`), or of its kernels on the file's layout, as it
+    /// runs with `--no-repack`: `DSPARK_REPACK=1` / `=0`, otherwise re-laid unless the file
+    /// is larger than the machine's memory — llama.cpp's re-laid copy lives in anonymous
+    /// memory, so such a file only runs there with `--no-repack`.
+    pub relaid: bool,
+}
+
+impl Layout {
+    /// The layout of a model file of `file_bytes` (see the fields).
+    pub fn for_file(file_bytes: u64) -> Layout {
+        let env = |name: &str| match std::env::var(name).as_deref() {
+            Ok("0") => Some(false),
+            Ok("1") => Some(true),
+            _ => None,
+        };
+        Layout {
+            pack: env("DSPARK_PACK").unwrap_or(file_bytes <= PACK_LIMIT),
+            relaid: env("DSPARK_REPACK").unwrap_or_else(|| {
+                crate::memory::physical_memory().is_none_or(|total| file_bytes <= total)
+            }),
+        }
     }
 }
 

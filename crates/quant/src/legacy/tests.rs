@@ -36,7 +36,8 @@ fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
-/// `gemm_with` on `w` (with its packed copy when the kernel set packs) against `dot_ref`
+/// `gemm_with` on `w` (with its packed copy when the kernel set packs) against its
+/// reference (`dot_ref`, or the `vec_dot` order where llama.cpp would not re-lay `w`)
 /// on every row and column, on 1 and 3 threads.
 fn check(k: &Kernels, f: &FormatKernels, w: &Matrix<'_>, x: &[f32], what: &str) {
     let n = x.len() / w.cols;
@@ -54,7 +55,7 @@ fn check(k: &Kernels, f: &FormatKernels, w: &Matrix<'_>, x: &[f32], what: &str) 
     let xc = Columns::with(k, f.activation, x, w.cols);
     let want: Vec<f32> = (0..n)
         .flat_map(|c| (0..w.rows).map(move |r| (c, r)))
-        .map(|(c, r)| (f.dot_ref)(w.row(r), &xc, c))
+        .map(|(c, r)| (f.step_dot_ref(w))(w.row(r), &xc, c))
         .collect();
     for threads in [1, 3] {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -212,6 +213,60 @@ fn products_equal_llama_cpp_s_repacked_x86_path() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Where llama.cpp does not re-lay the weights (`--no-repack`, 3-D tensors, rows not a
+/// multiple of 8), a column goes through its `vec_dot` (IQ4_NL and MXFP4: two sets of
+/// lanes and an odd last block alone — 5 blocks a row here) and a prompt's columns through
+/// llamafile's `tinyBLAS` (Q4_0, IQ4_NL; MXFP4 has none, so `vec_dot` again): dspark's
+/// products of a matrix marked [`Matrix::not_relaid`] equal both, bit for bit, on every
+/// kernel set (fixtures made by llama.cpp, `testdata/README.md`).
+#[test]
+fn products_equal_llama_cpp_s_path_without_re_laying() {
+    let f32s = |b: &[u8]| -> Vec<u32> {
+        b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let x: Vec<f32> = f32s(include_bytes!("../../testdata/columns_5x160.f32"))
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    let cases: [(GgmlType, &[u8], &[u8], &[u8]); 3] = [
+        (
+            GgmlType::MXFP4,
+            include_bytes!("../../testdata/mxfp4_16x160.blocks"),
+            include_bytes!("../../testdata/mxfp4_16x160.vec_dot.f32"),
+            include_bytes!("../../testdata/mxfp4_16x160.no_repack.f32"),
+        ),
+        (
+            GgmlType::Q4_0,
+            include_bytes!("../../testdata/q4_0_16x160.blocks"),
+            include_bytes!("../../testdata/q4_0_16x160.vec_dot.f32"),
+            include_bytes!("../../testdata/q4_0_16x160.no_repack.f32"),
+        ),
+        (
+            GgmlType::IQ4_NL,
+            include_bytes!("../../testdata/iq4_nl_16x160.blocks"),
+            include_bytes!("../../testdata/iq4_nl_16x160.vec_dot.f32"),
+            include_bytes!("../../testdata/iq4_nl_16x160.no_repack.f32"),
+        ),
+    ];
+    for (ty, blocks, one, five) in cases {
+        let w = Matrix::new(ty, 16, 160, blocks).unwrap().not_relaid();
+        for k in kernel_sets() {
+            let f = k.format(ty).unwrap();
+            assert!(!f.relaid(&w), "{ty}");
+            let mut y = vec![0.0f32; 16];
+            gemm_with(&k, &w, &x[..160], &mut y);
+            let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, f32s(one), "{} {ty}: one column", k.isa);
+            let mut y = vec![0.0f32; 16 * 5];
+            crate::gemm::prompt_order(|| gemm_with(&k, &w, &x, &mut y));
+            let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, f32s(five), "{} {ty}: a prompt's five columns", k.isa);
         }
     }
 }

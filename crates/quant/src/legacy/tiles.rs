@@ -832,6 +832,8 @@ pub(crate) unsafe fn rows_lanes_vnni<F: TileRuns + Avx2Runs>(
     let tiled = unsafe { packed_rows_lanes::<F>(w, first, x, out) };
     if tiled * n < out.len() {
         // SAFETY: the features are this function's.
-        unsafe { super::x86_64::rows_lanes_vnni::<F>(w, first + tiled, x, &mut out[tiled * n..]) };
+        unsafe {
+            super::x86_64::rows_lanes_vnni::<F, false>(w, first + tiled, x, &mut out[tiled * n..])
+        };
     }
 }

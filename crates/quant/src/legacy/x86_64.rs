@@ -354,7 +354,7 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// The CPU must support AVX2, FMA and F16C and what `D` runs; every column's scales, quants
 /// and (with a min) sums cover the rows' runs ([`rows_lanes`] checks them).
 #[inline(always)]
-unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const R: usize, const G: usize>(
+unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const P: bool, const R: usize, const G: usize>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
     out: &mut [[f32; G]; R],
@@ -367,6 +367,10 @@ unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const R: usize, const G: usize>(
         let base: [*const u8; R] = rows.map(|r| r.as_ptr());
         let zero = _mm256_setzero_si256();
         let mut acc = [[_mm256_setzero_ps(); G]; R];
+        let mut acc2 = [[_mm256_setzero_ps(); G]; R];
+        // With P, an odd last block's scale product and exact sum, fused last.
+        let mut tail = [[(0.0f32, 0i32); G]; R];
+        let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         let mut macc = [[0.0f32; G]; R];
         let (mut dws, mut mws) = ([[0.0f32; ROWS]; R], [[0.0f32; ROWS]; R]);
         for b in 0..nb {
@@ -438,14 +442,36 @@ unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const R: usize, const G: usize>(
                         };
                         // the caller enables D's instruction set.
                         let sums = D::dot(zero, unsigned[r], s);
-                        let scale = _mm256_set1_ps(dws[r][b % ROWS] * dx);
-                        acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][c]);
+                        let d = dws[r][b % ROWS] * dx;
+                        if b == tail_block {
+                            let mut lanes = [0i32; 8];
+                            // `lanes` holds eight i32.
+                            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums);
+                            tail[r][c] = (d, lanes.iter().sum());
+                            continue;
+                        }
+                        let a = if P && b % 2 == 1 {
+                            &mut acc2[r][c]
+                        } else {
+                            &mut acc[r][c]
+                        };
+                        *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), *a);
                     }
                 }
             }
         }
         for r in 0..R {
             for c in 0..G {
+                if P {
+                    let sum = crate::x86_64::hsum(_mm256_add_ps(acc[r][c], acc2[r][c]));
+                    let (d, isum) = tail[r][c];
+                    out[r][c] = if tail_block < nb {
+                        sum + d * isum as f32
+                    } else {
+                        sum
+                    };
+                    continue;
+                }
                 let sum = crate::x86_64::hsum(acc[r][c]);
                 out[r][c] = if F::HAS_MIN { sum + macc[r][c] } else { sum };
             }
@@ -458,13 +484,13 @@ unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const R: usize, const G: usize>(
 /// # Safety
 /// As [`lanes_block`]; the CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_block_avx2<F: Avx2Runs, const R: usize, const G: usize>(
+unsafe fn lanes_block_avx2<F: Avx2Runs, const P: bool, const R: usize, const G: usize>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
     out: &mut [[f32; G]; R],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
-    unsafe { lanes_block::<F, Maddubs, R, G>(rows, cols, out) }
+    unsafe { lanes_block::<F, Maddubs, P, R, G>(rows, cols, out) }
 }
 
 /// [`lanes_block`] with `vpdpbusd`.
@@ -472,13 +498,13 @@ unsafe fn lanes_block_avx2<F: Avx2Runs, const R: usize, const G: usize>(
 /// # Safety
 /// As [`lanes_block`]; the CPU must support AVX2, FMA, F16C and AVX-512 F, VL and VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn lanes_block_vnni<F: Avx2Runs, const R: usize, const G: usize>(
+unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: usize>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
     out: &mut [[f32; G]; R],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
-    unsafe { lanes_block::<F, Dpbusd, R, G>(rows, cols, out) }
+    unsafe { lanes_block::<F, Dpbusd, P, R, G>(rows, cols, out) }
 }
 
 /// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
@@ -498,7 +524,7 @@ struct LaneCol {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C, and with `vnni` AVX-512 F, VL and VNNI.
-unsafe fn rows_lanes<F: Avx2Runs>(
+unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
     w: &Matrix<'_>,
     first: usize,
     x: &Columns<'_>,
@@ -531,9 +557,9 @@ unsafe fn rows_lanes<F: Avx2Runs>(
             // (asserted above) and every row is nb whole blocks.
             unsafe {
                 if vnni {
-                    lanes_block_vnni::<F, $r, $g>($rows, $cols, $o)
+                    lanes_block_vnni::<F, P, $r, $g>($rows, $cols, $o)
                 } else {
-                    lanes_block_avx2::<F, $r, $g>($rows, $cols, $o)
+                    lanes_block_avx2::<F, P, $r, $g>($rows, $cols, $o)
                 }
             }
         };
@@ -595,26 +621,26 @@ unsafe fn rows_lanes<F: Avx2Runs>(
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs>(
+pub(crate) unsafe fn rows_lanes_avx2<F: Avx2Runs, const P: bool>(
     w: &Matrix<'_>,
     first: usize,
     x: &Columns<'_>,
     out: &mut [f32],
 ) {
     // SAFETY: the caller's guarantee.
-    unsafe { rows_lanes::<F>(w, first, x, out, false) }
+    unsafe { rows_lanes::<F, P>(w, first, x, out, false) }
 }
 
 /// [`rows_lanes`] with `vpdpbusd` lane sums.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA, F16C and AVX-512 F, VL and VNNI.
-pub(crate) unsafe fn rows_lanes_vnni<F: Avx2Runs>(
+pub(crate) unsafe fn rows_lanes_vnni<F: Avx2Runs, const P: bool>(
     w: &Matrix<'_>,
     first: usize,
     x: &Columns<'_>,
     out: &mut [f32],
 ) {
     // SAFETY: the caller's guarantee.
-    unsafe { rows_lanes::<F>(w, first, x, out, true) }
+    unsafe { rows_lanes::<F, P>(w, first, x, out, true) }
 }

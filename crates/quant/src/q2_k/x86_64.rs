@@ -10,7 +10,10 @@
 //!   row at a time, each super-block's 2-bit quants unpacked once and shared by up to four
 //!   columns; `vpmaddubsw` then `vpmaddwd` by the sub-block scales, the mins against the
 //!   Q8_K sums of sixteen; one horizontal sum of `isum` and `msum` together per
-//!   super-block and the two float steps in two lanes of one register.
+//!   super-block and the two float steps in two lanes of one register;
+//! - [`VecRows`], ggml's `vec_dot` order (`super::dot_vec_ref`) for the matrices llama.cpp
+//!   does not re-lay: eight i32 lanes of mins and of values per super-block, each fused in
+//!   turn into one set of f32 lanes.
 
 // The kernels walk several per-column arrays (scales, quants, sums, accumulators) by one
 // index.
@@ -372,5 +375,87 @@ impl x86k::Tiles for Rows {
     unsafe fn rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C.
         unsafe { rows_avx2(w, first, x, out) }
+    }
+}
+
+/// A Q2_K row · G columns in ggml's `vec_dot` order ([`super::dot_vec_ref`]).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; every column covers the row's super-blocks
+/// (checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
+    let nb = row.len() / BLOCK_BYTES;
+    x.check(nb);
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = [_mm256_setzero_ps(); G];
+    for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+        let p = b.as_ptr();
+        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
+        for line in 0..BLOCK_BYTES.div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
+        }
+        // SAFETY: the block is 84 bytes: scales at 0..16, quants at QS..QS + 64.
+        let packed = unsafe { _mm_loadu_si128(p.cast()) };
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(
+            _mm_srli_epi16::<4>(packed),
+            _mm_set1_epi8(0xF),
+        ));
+        let sc: [i16; 16] = std::array::from_fn(|t| i16::from(b[t] & 0xF));
+        let mut runs = [_mm256_setzero_si256(); 8];
+        for h in 0..2 {
+            // SAFETY: see above.
+            let bits = unsafe { _mm256_loadu_si256(p.add(super::QS + 32 * h).cast()) };
+            for j in 0..4 {
+                runs[4 * h + j] =
+                    _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m3);
+            }
+        }
+        // Run r's scales: sub-block 2r in its low sixteen values, 2r + 1 in its high.
+        let run_scales: [__m256i; 8] = std::array::from_fn(|r| {
+            _mm256_setr_m128i(_mm_set1_epi16(sc[2 * r]), _mm_set1_epi16(sc[2 * r + 1]))
+        });
+        let (dw, dminw) = (
+            crate::x86_64::f16_at(b, super::D),
+            crate::x86_64::f16_at(b, super::DMIN),
+        );
+        for c in 0..G {
+            let (d, q, bs) = (x.d[c], x.q[c], x.bs[c]);
+            // SAFETY: super-block i's 256 quants and 16 sums lie inside the column.
+            let (qx, bsx) = unsafe { (q.as_ptr().add(i * QK_K), bs.as_ptr().add(16 * i)) };
+            // SAFETY: sixteen i16 sums (see above).
+            let sums = unsafe { _mm256_loadu_si256(bsx.cast()) };
+            let prod = _mm256_madd_epi16(mins, sums);
+            let dx = d[i];
+            acc[c] = _mm256_fmadd_ps(
+                _mm256_set1_ps(-(dx * dminw)),
+                _mm256_cvtepi32_ps(prod),
+                acc[c],
+            );
+            let mut sumi = _mm256_setzero_si256();
+            for r in 0..8 {
+                // SAFETY: run r's 32 quants of super-block i (see above).
+                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * r).cast()) };
+                sumi = _mm256_add_epi32(
+                    sumi,
+                    _mm256_madd_epi16(run_scales[r], _mm256_maddubs_epi16(runs[r], xv)),
+                );
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    for c in 0..G {
+        out[c] = crate::x86_64::hsum(acc[c]);
+    }
+}
+
+/// ggml's `vec_dot` order as a row kernel ([`x86k::RowGroup`]), run by [`x86k::rows_avx2`].
+pub(crate) struct VecRows;
+
+impl x86k::RowGroup for VecRows {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        unsafe { vec_group::<G>(row, x, out) }
     }
 }

@@ -11,6 +11,10 @@
 //!   columns, `vpmaddubsw` then `vpmaddwd` by the sub-block scale; per super-block one
 //!   horizontal sum of `isum` and `msum` together, and the two float steps in two lanes.
 //!
+//! - [`VecRows`], ggml's `vec_dot` order (`super::dot_vec_ref`) for the matrices llama.cpp
+//!   does not re-lay: a row at a time, eight i32 lanes per super-block fused with `d_x ·
+//!   d`, the mins in four f32 lanes.
+//!
 //! Every column's instruction sequence is the same whatever the group holds, and the
 //! float steps are [`crate::kquant`]'s, so a column's bits never depend on its group.
 
@@ -349,5 +353,77 @@ impl x86k::Tiles for Rows {
     unsafe fn rows(w: &Matrix<'_>, first: usize, x: &Columns<'_>, out: &mut [f32]) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C.
         unsafe { rows_avx2(w, first, x, out) }
+    }
+}
+
+/// A Q4_K row · G columns in ggml's `vec_dot` order ([`super::dot_vec_ref`]).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; every column covers the row's super-blocks
+/// (checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
+    let nb = row.len() / BLOCK_BYTES;
+    x.check(nb);
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); G];
+    let mut accm = [[0.0f32; 4]; G];
+    for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+        let p = b.as_ptr();
+        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
+        for line in 0..BLOCK_BYTES.div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
+        }
+        let (sc, m) = crate::kquant::scales_mins_k4(&b[super::SCALES..super::QS]);
+        let mut runs = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            // SAFETY: the block is 144 bytes, its quants at QS..QS + 128.
+            let bytes = unsafe { _mm256_loadu_si256(p.add(super::QS + 32 * j).cast()) };
+            runs[2 * j] = _mm256_and_si256(bytes, m4);
+            runs[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), m4);
+        }
+        let (dw, dminw) = (
+            crate::x86_64::f16_at(b, super::D),
+            crate::x86_64::f16_at(b, super::DMIN),
+        );
+        for c in 0..G {
+            let (d, q, bs) = (x.d[c], x.q[c], x.bs[c]);
+            // SAFETY: super-block i's 256 quants lie inside the column.
+            let qx = unsafe { q.as_ptr().add(i * QK_K) };
+            let mut sumi = _mm256_setzero_si256();
+            for s in 0..8 {
+                // SAFETY: run s's 32 quants of super-block i (see above).
+                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * s).cast()) };
+                let scale = _mm256_set1_epi16(i16::from(sc[s]));
+                sumi = _mm256_add_epi32(
+                    sumi,
+                    _mm256_madd_epi16(scale, _mm256_maddubs_epi16(runs[s], xv)),
+                );
+            }
+            let dx = d[i];
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), acc[c]);
+            let bs = &bs[16 * i..16 * i + 16];
+            let sub = |s: usize| i32::from(bs[2 * s]) + i32::from(bs[2 * s + 1]);
+            let dmin = -(dx * dminw);
+            for k in 0..4 {
+                let v = i32::from(m[2 * k]) * sub(2 * k) + i32::from(m[2 * k + 1]) * sub(2 * k + 1);
+                accm[c][k] = dmin.mul_add(v as f32, accm[c][k]);
+            }
+        }
+    }
+    for c in 0..G {
+        let a = accm[c];
+        out[c] = crate::x86_64::hsum(acc[c]) + ((a[0] + a[2]) + (a[1] + a[3]));
+    }
+}
+
+/// ggml's `vec_dot` order as a row kernel ([`x86k::RowGroup`]), run by [`x86k::rows_avx2`].
+pub(crate) struct VecRows;
+
+impl x86k::RowGroup for VecRows {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C; the kernel checks sizes.
+        unsafe { vec_group::<G>(row, x, out) }
     }
 }

@@ -95,17 +95,17 @@ impl Drafter {
     pub fn load(bytes: ModelBytes, file: &DraftFile<'_>, target: &TargetShape) -> Result<Drafter> {
         dspark_contract::fit::check(file, target)?;
         let b: &[u8] = (*bytes).as_ref();
-        let pack = crate::weights::packs(b.len() as u64);
+        let layout = crate::weights::Layout::for_file(b.len() as u64);
         let hparams = file.hparams().clone();
         let layers = file
             .layers()
             .iter()
-            .map(|l| DecoderLayer::load(b, l, pack))
+            .map(|l| DecoderLayer::load(b, l, layout))
             .collect::<Result<Vec<_>>>()?;
         let markov = match file.markov() {
             Some(m) => Some(Markov {
-                w1: WeightRef::locate(b, &m.w1, pack)?,
-                w2: WeightRef::locate(b, &m.w2, pack)?,
+                w1: WeightRef::locate(b, &m.w1, layout)?,
+                w2: WeightRef::locate(b, &m.w2, layout)?,
             }),
             None => None,
         };
@@ -117,7 +117,7 @@ impl Drafter {
             None => None,
         };
         let own = |t: Option<&dspark_contract::TensorRef<'_>>| {
-            t.map(|t| WeightRef::locate(b, t, pack)).transpose()
+            t.map(|t| WeightRef::locate(b, t, layout)).transpose()
         };
         let yarn = hparams.yarn.map(|y| Yarn {
             factor: f64::from(y.factor),
@@ -126,7 +126,7 @@ impl Drafter {
             beta_slow: f64::from(y.beta_slow),
             attention_factor: y.attention_factor.map(f64::from),
         });
-        let fc = WeightRef::locate(b, file.fc(), pack)?;
+        let fc = WeightRef::locate(b, file.fc(), layout)?;
         let (token_embd, output) = (own(file.token_embd())?, own(file.output())?);
         // A drafter is small beside its target: its values are checked at load.
         crate::weights::check_all(

@@ -44,17 +44,17 @@ impl Llama {
     pub fn load(bytes: ModelBytes, file: &LlamaFile<'_>) -> Result<Llama> {
         let b: &[u8] = (*bytes).as_ref();
         let h = file.hparams().clone();
-        let pack = crate::weights::packs(b.len() as u64);
-        let token_embd = WeightRef::locate(b, file.token_embd(), pack)?;
+        let layout = crate::weights::Layout::for_file(b.len() as u64);
+        let token_embd = WeightRef::locate(b, file.token_embd(), layout)?;
         let output = match file.output() {
-            Some(t) => WeightRef::locate(b, t, pack)?,
+            Some(t) => WeightRef::locate(b, t, layout)?,
             None => token_embd.clone(),
         };
         let (qd, kvd) = (h.heads * h.head_dim, h.kv_heads * h.head_dim);
         let layers = file
             .layers()
             .iter()
-            .map(|l| DecoderLayer::from_llama(b, l, qd, kvd, pack))
+            .map(|l| DecoderLayer::from_llama(b, l, qd, kvd, layout))
             .collect::<Result<Vec<_>>>()?;
         let freq_factors = match file.rope_freqs() {
             Some(t) => {

@@ -50,16 +50,16 @@ impl Qwen3 {
     pub fn load(bytes: ModelBytes, file: &Qwen3File<'_>) -> Result<Qwen3> {
         let b: &[u8] = (*bytes).as_ref();
         let h = file.hparams().clone();
-        let pack = crate::weights::packs(b.len() as u64);
-        let token_embd = WeightRef::locate(b, file.token_embd(), pack)?;
+        let layout = crate::weights::Layout::for_file(b.len() as u64);
+        let token_embd = WeightRef::locate(b, file.token_embd(), layout)?;
         let output = match file.output() {
-            Some(t) => WeightRef::locate(b, t, pack)?,
+            Some(t) => WeightRef::locate(b, t, layout)?,
             None => token_embd.clone(),
         };
         let layers = file
             .layers()
             .iter()
-            .map(|l| DecoderLayer::load(b, l, pack))
+            .map(|l| DecoderLayer::load(b, l, layout))
             .collect::<Result<Vec<_>>>()?;
         let decoder = Decoder {
             dims: Dims {

@@ -10,7 +10,7 @@ use dspark_quant::gemm::{gemm, gemm_many, scratch_bytes};
 
 use crate::error::Result;
 use crate::nn::ops::{norm_rows, swiglu};
-use crate::weights::{vector, WeightRef};
+use crate::weights::{vector, Layout, WeightRef};
 
 /// Sizes of a decoder layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,10 +110,10 @@ fn add_bias(x: &mut [f32], b: Option<&Vec<f32>>) {
 }
 
 impl DecoderLayer {
-    /// The layer's weights from its checked tensors, located in `bytes` (packed with
-    /// `pack`, see [`WeightRef::locate`]).
-    pub fn load(bytes: &[u8], t: &LayerRefs<'_>, pack: bool) -> Result<DecoderLayer> {
-        let m = |r| WeightRef::locate(bytes, r, pack);
+    /// The layer's weights from its checked tensors, located in `bytes` (held as `layout`
+    /// says, see [`WeightRef::locate`]).
+    pub fn load(bytes: &[u8], t: &LayerRefs<'_>, layout: Layout) -> Result<DecoderLayer> {
+        let m = |r| WeightRef::locate(bytes, r, layout);
         Ok(DecoderLayer {
             attn_norm: vector(&t.attn_norm)?,
             q: m(&t.attn_q)?,
@@ -137,9 +137,9 @@ impl DecoderLayer {
         t: &LlamaLayerRefs<'_>,
         qd: usize,
         kvd: usize,
-        pack: bool,
+        layout: Layout,
     ) -> Result<DecoderLayer> {
-        let m = |r| WeightRef::locate(bytes, r, pack);
+        let m = |r| WeightRef::locate(bytes, r, layout);
         let opt = |r: &Option<dspark_contract::TensorRef<'_>>| r.as_ref().map(vector).transpose();
         let (q, k, v, q_bias, k_bias, v_bias) = match &t.qkv {
             Qkv::Separate {
@@ -158,7 +158,14 @@ impl DecoderLayer {
                 opt(v_bias)?,
             ),
             Qkv::Fused { qkv, bias } => {
-                let all = WeightRef::locate(bytes, qkv, false)?;
+                let all = WeightRef::locate(
+                    bytes,
+                    qkv,
+                    Layout {
+                        pack: false,
+                        ..layout
+                    },
+                )?;
                 let bias = opt(bias)?;
                 let part =
                     |from: usize, n: usize| bias.as_ref().map(|b| b[from..from + n].to_vec());

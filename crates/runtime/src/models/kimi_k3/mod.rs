@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use dspark_contract::kimi_k3::{FfnRefs, KimiK3Hparams, MixerRefs, MlaQuery, SituRefs};
 use dspark_contract::{KimiK3File, SpecialTokens, TargetShape, TensorRef};
-use dspark_quant::gemm::{gemm, gemm_local, gemm_many, scratch_bytes, Matrix};
+use dspark_quant::gemm::{gemm, gemm_local_plain, gemm_many, scratch_bytes, Matrix};
 use dspark_quant::kernels;
 use rayon::prelude::*;
 
@@ -54,7 +54,7 @@ use crate::nn::attention::attend_f16;
 pub use crate::nn::attention::Attention;
 use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, softmax, softplus, swiglu};
 use crate::target::{check_rollback, Forward, Logits, Target};
-use crate::weights::{vector, ModelBytes, ModelData, WeightRef};
+use crate::weights::{vector, Layout, ModelBytes, ModelData, WeightRef};
 
 pub use crate::target::Rollback;
 use kda::{Dest, KdaDims, KdaState};
@@ -247,11 +247,11 @@ pub struct KimiK3 {
     dense_checked: std::sync::OnceLock<()>,
 }
 
-fn situ_ffn(b: &[u8], t: &SituRefs<'_>, pack: bool) -> Result<SituFfn> {
+fn situ_ffn(b: &[u8], t: &SituRefs<'_>, layout: Layout) -> Result<SituFfn> {
     Ok(SituFfn {
-        gate: WeightRef::locate(b, &t.gate, pack)?,
-        up: WeightRef::locate(b, &t.up, pack)?,
-        down: WeightRef::locate(b, &t.down, pack)?,
+        gate: WeightRef::locate(b, &t.gate, layout)?,
+        up: WeightRef::locate(b, &t.up, layout)?,
+        down: WeightRef::locate(b, &t.down, layout)?,
     })
 }
 
@@ -265,8 +265,8 @@ impl KimiK3 {
         // first, a mapped file reads their pages together instead of faulting each in
         // with the kernel's read-around (megabytes per vector on a cold file).
         read_ahead_refs(&*bytes, b, &vector_refs(file));
-        let pack = crate::weights::packs(b.len() as u64);
-        let m = |t: &TensorRef<'_>| WeightRef::locate(b, t, pack);
+        let layout = crate::weights::Layout::for_file(b.len() as u64);
+        let m = |t: &TensorRef<'_>| WeightRef::locate(b, t, layout);
         let mut layers = Vec::with_capacity(hp.layers);
         for l in file.layers() {
             let mixer = match &l.mixer {
@@ -299,18 +299,19 @@ impl KimiK3 {
                     },
                     kv_a: m(&a.kv_a_mqa)?,
                     kv_norm: vector(&a.kv_a_norm)?,
+                    // 3-D tensors in plain products: llama.cpp never re-lays them.
                     k_b: (0..hp.heads)
-                        .map(|h| m(&slice(&a.k_b, hp.heads, h)))
+                        .map(|h| m(&slice(&a.k_b, hp.heads, h)).map(WeightRef::not_relaid))
                         .collect::<Result<_>>()?,
                     v_b: (0..hp.heads)
-                        .map(|h| m(&slice(&a.v_b, hp.heads, h)))
+                        .map(|h| m(&slice(&a.v_b, hp.heads, h)).map(WeightRef::not_relaid))
                         .collect::<Result<_>>()?,
                     gate: a.gate.as_ref().map(&m).transpose()?,
                     output: m(&a.output)?,
                 })),
             };
             let ffn = match &l.ffn {
-                FfnRefs::Dense(d) => Ffn::Dense(situ_ffn(b, d, pack)?),
+                FfnRefs::Dense(d) => Ffn::Dense(situ_ffn(b, d, layout)?),
                 FfnRefs::Moe(e) => {
                     let n = hp.experts;
                     let experts = (0..n)
@@ -336,7 +337,7 @@ impl KimiK3 {
                         shared: e
                             .shared
                             .as_ref()
-                            .map(|s| situ_ffn(b, s, pack))
+                            .map(|s| situ_ffn(b, s, layout))
                             .transpose()?,
                     }))
                 }
@@ -1081,6 +1082,9 @@ fn mla_forward(
         }
     }
     // Absorbed queries [K_b[h]ᵀ q_nope ; q_rope] per (position, head), heads side by side.
+    // The per-head products are llama.cpp's batched `mul_mat` of a 3-D tensor: in a
+    // prompt, its prompt kernels' order.
+    let prompt = dspark_quant::gemm::in_prompt_order();
     let absorbed: Vec<Vec<f32>> = w
         .k_b
         .par_iter()
@@ -1092,7 +1096,7 @@ fn mla_forward(
                 xn.extend_from_slice(&q[at..at + d_n]);
             }
             let mut ab = vec![0.0f32; n * r];
-            gemm_local(&kb.matrix(bytes), &xn, &mut ab);
+            gemm_local_plain(&kb.matrix(bytes), &xn, &mut ab, prompt);
             ab
         })
         .collect();
@@ -1151,7 +1155,7 @@ fn mla_forward(
                 xc.extend_from_slice(&ctx[at..at + r]);
             }
             let mut y = vec![0.0f32; n * d_v];
-            gemm_local(&vb.matrix(bytes), &xc, &mut y);
+            gemm_local_plain(&vb.matrix(bytes), &xc, &mut y, prompt);
             y
         })
         .collect();
