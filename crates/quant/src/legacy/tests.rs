@@ -234,7 +234,9 @@ fn products_equal_llama_cpp_s_path_without_re_laying() {
         .into_iter()
         .map(f32::from_bits)
         .collect();
-    let cases: [(GgmlType, &[u8], &[u8], &[u8]); 3] = [
+    // (type, weights, one column's products, five columns' products)
+    type Case = (GgmlType, &'static [u8], &'static [u8], &'static [u8]);
+    let cases: [Case; 3] = [
         (
             GgmlType::MXFP4,
             include_bytes!("../../testdata/mxfp4_16x160.blocks"),
