@@ -28,7 +28,8 @@ static bool        g_dump_on = false;
 static FILE *      g_dump_index = nullptr;
 
 // --dump: every contiguous F32 (and F16) node of the first decode, written as raw f32 to
-// DIR/<seq>_<name>.f32 (seq: the order they were computed in) with a line "name ne0 ne1 ne2 ne3 op" in DIR/index.txt.
+// DIR/<seq>_<name>.f32 (seq: the order they were computed in) with a line
+// "name ne0 ne1 ne2 ne3 src=SRC0,SRC1,... op" in DIR/index.txt.
 static bool dump_cb(struct ggml_tensor * t, bool ask, void * /*ud*/) {
     if (!g_dump_on) { return false; }
     if (ask) { return t->type == GGML_TYPE_F32 && ggml_is_contiguous(t); }
@@ -43,8 +44,16 @@ static bool dump_cb(struct ggml_tensor * t, bool ask, void * /*ud*/) {
     name = prefix + name;
     FILE * f = fopen((g_dump_dir + "/" + name + ".f32").c_str(), "wb");
     if (f) { fwrite(buf.data(), sizeof(float), buf.size(), f); fclose(f); }
-    fprintf(g_dump_index, "%s %lld %lld %lld %lld %s\n", name.c_str(), (long long) t->ne[0], (long long) t->ne[1],
-            (long long) t->ne[2], (long long) t->ne[3], ggml_op_desc(t));
+    // The operation's inputs by name (weights keep theirs, e.g. blk.3.attn_k_b.weight):
+    // "src=a,b" before the op, so readers taking the first and last fields still work.
+    std::string srcs;
+    for (int i = 0; i < GGML_MAX_SRC && t->src[i]; i++) {
+        std::string s = t->src[i]->name;
+        for (char & c : s) { if (c == ' ' || c == ',') { c = '_'; } }
+        srcs += (i ? "," : "") + (s.empty() ? std::string("?") : s);
+    }
+    fprintf(g_dump_index, "%s %lld %lld %lld %lld src=%s %s\n", name.c_str(), (long long) t->ne[0],
+            (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3], srcs.c_str(), ggml_op_desc(t));
     return true;
 }
 
