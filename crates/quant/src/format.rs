@@ -237,6 +237,12 @@ impl FormatKernels {
         }
     }
 
+    /// Whether the kernels of a matrix, re-laid by llama.cpp or not as `relaid` says, read
+    /// its packed copy: the re-laid order's kernels do, `vec_rows` never.
+    pub fn reads_packed(&self, relaid: bool) -> bool {
+        relaid || self.vec_rows.is_none()
+    }
+
     /// The reference dot product of [`FormatKernels::step_rows`] for `w`.
     pub fn step_dot_ref(&self, w: &Matrix<'_>) -> DotFn {
         match self.vec_dot_ref {

@@ -174,12 +174,7 @@ pub fn gemm_local(w: &Matrix<'_>, x: &[f32], y: &mut [f32]) {
 /// # Panics
 /// As [`gemm_with`].
 pub fn gemm_local_plain(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
-    let format = table_row(crate::kernels(), w);
-    let n = x.len() / w.cols.max(1);
-    if n <= 1 {
-        return gemm_local(w, x, y);
-    }
-    local_with(format, format.rows_for(w, n, prompt), w, x, y)
+    local_ordered(w, x, y, |f, n| f.rows_for(w, n, prompt))
 }
 
 /// [`gemm_local`] for a matrix of experts' tokens in a prompt's forward when `prompt`
@@ -191,12 +186,22 @@ pub fn gemm_local_plain(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) 
 /// # Panics
 /// As [`gemm_with`].
 pub fn gemm_local_routed(w: &Matrix<'_>, x: &[f32], y: &mut [f32], prompt: bool) {
+    local_ordered(w, x, y, |f, n| f.routed_rows_for(w, n, prompt))
+}
+
+/// [`gemm_local`] for one column, else the kernel `pick` chooses for the column count.
+fn local_ordered(
+    w: &Matrix<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    pick: impl FnOnce(&FormatKernels, usize) -> RowKernel,
+) {
     let format = table_row(crate::kernels(), w);
     let n = x.len() / w.cols.max(1);
     if n <= 1 {
         return gemm_local(w, x, y);
     }
-    local_with(format, format.routed_rows_for(w, n, prompt), w, x, y)
+    local_with(format, pick(format, n), w, x, y)
 }
 
 /// [`gemm_local`] with row kernel `kernel`.

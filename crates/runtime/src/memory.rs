@@ -10,15 +10,6 @@ use crate::error::{Result, RuntimeError};
 /// less `VmSize` of `/proc/self/status`), whichever is smaller; `None` when neither is
 /// known.
 pub fn available_memory() -> Option<u64> {
-    let kib = |path: &str, prefix: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(path).ok()?;
-        let line = text.lines().find(|l| l.starts_with(prefix))?;
-        line.split_whitespace()
-            .nth(1)?
-            .parse::<u64>()
-            .ok()?
-            .checked_mul(1024)
-    };
     let machine = kib("/proc/meminfo", "MemAvailable:");
     let limit = std::fs::read_to_string("/proc/self/limits")
         .ok()
@@ -38,8 +29,14 @@ pub fn available_memory() -> Option<u64> {
 
 /// The machine's memory (`MemTotal` of `/proc/meminfo`), or `None` when unknown.
 pub fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    kib("/proc/meminfo", "MemTotal:")
+}
+
+/// The byte count of the `kB` figure on the line of `path` that starts with `prefix`
+/// (`/proc/meminfo`, `/proc/self/status`), or `None`.
+fn kib(path: &str, prefix: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(prefix))?;
     line.split_whitespace()
         .nth(1)?
         .parse::<u64>()

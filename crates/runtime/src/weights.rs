@@ -94,9 +94,7 @@ impl WeightRef {
         };
         let m = if layout.relaid { m } else { m.not_relaid() };
         // A matrix that takes the `vec_dot` order reads the file's layout.
-        let reads_tiles = m
-            .format()
-            .is_some_and(|f| f.relaid(&m) || f.vec_rows.is_none());
+        let reads_tiles = m.format().is_some_and(|f| f.reads_packed(f.relaid(&m)));
         let packed = if layout.pack && reads_tiles {
             m.format()
                 .and_then(|f| f.pack)
@@ -137,8 +135,8 @@ impl WeightRef {
     /// per-head `attn_k_b`): never re-laid ([`Matrix::not_relaid`]), so without packed
     /// tiles where its kernel would not read them.
     pub fn not_relaid(self) -> WeightRef {
-        let vec_order = dspark_quant::format_of(self.ty).is_some_and(|f| f.vec_rows.is_some());
-        let packed = self.packed.clone().filter(|_| !vec_order);
+        let reads = dspark_quant::format_of(self.ty).is_some_and(|f| f.reads_packed(false));
+        let packed = self.packed.clone().filter(|_| reads);
         WeightRef {
             relaid: false,
             packed,

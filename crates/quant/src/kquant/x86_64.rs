@@ -219,6 +219,40 @@ pub(crate) fn scale_lanes(sc16: __m256i, s: usize) -> __m256i {
     _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(pick))
 }
 
+/// The i16 scales of runs of 16 for the 32 bytes of run `r` (0..8) of a super-block:
+/// scales `2r` (bytes 0..16) and `2r + 1` (bytes 16..32).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn split_run_scales(sc: &[i8; 16], r: usize) -> __m256i {
+    let lo = _mm256_set1_epi16(i16::from(sc[2 * r]));
+    let hi = _mm256_set1_epi16(i16::from(sc[2 * r + 1]));
+    _mm256_permute2x128_si256::<0x20>(lo, hi)
+}
+
+/// The exact eight i32 lanes of ggml's k-quant `vec_dot`s over one super-block: for each
+/// run `r` of 32 unsigned quants, `vpmaddubsw` with the activation quants at `qx + 32r`,
+/// `vpmaddwd` by the run's i16 scales, summed over the runs (lane `l`: the values `4l..4l
+/// + 4` of every run).
+///
+/// # Safety
+/// The CPU must support AVX2; `qx` must point at 256 readable quants.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn scaled_run_sums(
+    runs: &[__m256i; 8],
+    scales: &[__m256i; 8],
+    qx: *const i8,
+) -> __m256i {
+    let mut sumi = _mm256_setzero_si256();
+    for r in 0..8 {
+        // SAFETY: run r's 32 quants lie inside the caller's 256.
+        let xv = unsafe { _mm256_loadu_si256(qx.add(32 * r).cast()) };
+        let p16 = _mm256_madd_epi16(scales[r], _mm256_maddubs_epi16(runs[r], xv));
+        sumi = _mm256_add_epi32(sumi, p16);
+    }
+    sumi
+}
+
 /// The shuffles that spread sixteen-value sub-block scales over a register of 32 quants
 /// after `vpmaddubsw`: mask k puts i16 lane `2k` of the low 128 bits in every lane of the
 /// low half and lane `2k + 1` of the high 128 bits in every lane of the high half (with

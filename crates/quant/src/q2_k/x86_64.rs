@@ -391,17 +391,14 @@ unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [
     let mut acc = [_mm256_setzero_ps(); G];
     for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
         let p = b.as_ptr();
-        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
-        for line in 0..BLOCK_BYTES.div_ceil(64) {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
-        }
+        x86k::prefetch_ahead(p);
         // SAFETY: the block is 84 bytes: scales at 0..16, quants at QS..QS + 64.
         let packed = unsafe { _mm_loadu_si128(p.cast()) };
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(
             _mm_srli_epi16::<4>(packed),
             _mm_set1_epi8(0xF),
         ));
-        let sc: [i16; 16] = std::array::from_fn(|t| i16::from(b[t] & 0xF));
+        let sc: [i8; 16] = std::array::from_fn(|t| (b[t] & 0xF) as i8);
         let mut runs = [_mm256_setzero_si256(); 8];
         for h in 0..2 {
             // SAFETY: see above.
@@ -411,10 +408,7 @@ unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [
                     _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m3);
             }
         }
-        // Run r's scales: sub-block 2r in its low sixteen values, 2r + 1 in its high.
-        let run_scales: [__m256i; 8] = std::array::from_fn(|r| {
-            _mm256_setr_m128i(_mm_set1_epi16(sc[2 * r]), _mm_set1_epi16(sc[2 * r + 1]))
-        });
+        let run_scales: [__m256i; 8] = std::array::from_fn(|r| x86k::split_run_scales(&sc, r));
         let (dw, dminw) = (
             crate::x86_64::f16_at(b, super::D),
             crate::x86_64::f16_at(b, super::DMIN),
@@ -432,15 +426,8 @@ unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [
                 _mm256_cvtepi32_ps(prod),
                 acc[c],
             );
-            let mut sumi = _mm256_setzero_si256();
-            for r in 0..8 {
-                // SAFETY: run r's 32 quants of super-block i (see above).
-                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * r).cast()) };
-                sumi = _mm256_add_epi32(
-                    sumi,
-                    _mm256_madd_epi16(run_scales[r], _mm256_maddubs_epi16(runs[r], xv)),
-                );
-            }
+            // SAFETY: super-block i's 256 quants (see above).
+            let sumi = unsafe { x86k::scaled_run_sums(&runs, &run_scales, qx) };
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), acc[c]);
         }
     }

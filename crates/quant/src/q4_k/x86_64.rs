@@ -370,11 +370,9 @@ unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [
     let mut accm = [[0.0f32; 4]; G];
     for (i, b) in row.chunks_exact(BLOCK_BYTES).enumerate() {
         let p = b.as_ptr();
-        // The matrix is streamed once: ask for the super-block 4 KiB ahead.
-        for line in 0..BLOCK_BYTES.div_ceil(64) {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096 + 64 * line).cast());
-        }
+        x86k::prefetch_ahead(p);
         let (sc, m) = crate::kquant::scales_mins_k4(&b[super::SCALES..super::QS]);
+        let scales: [__m256i; 8] = std::array::from_fn(|s| _mm256_set1_epi16(i16::from(sc[s])));
         let mut runs = [_mm256_setzero_si256(); 8];
         for j in 0..4 {
             // SAFETY: the block is 144 bytes, its quants at QS..QS + 128.
@@ -389,17 +387,7 @@ unsafe fn vec_group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [
         for c in 0..G {
             let (d, q, bs) = (x.d[c], x.q[c], x.bs[c]);
             // SAFETY: super-block i's 256 quants lie inside the column.
-            let qx = unsafe { q.as_ptr().add(i * QK_K) };
-            let mut sumi = _mm256_setzero_si256();
-            for s in 0..8 {
-                // SAFETY: run s's 32 quants of super-block i (see above).
-                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * s).cast()) };
-                let scale = _mm256_set1_epi16(i16::from(sc[s]));
-                sumi = _mm256_add_epi32(
-                    sumi,
-                    _mm256_madd_epi16(scale, _mm256_maddubs_epi16(runs[s], xv)),
-                );
-            }
+            let sumi = unsafe { x86k::scaled_run_sums(&runs, &scales, q.as_ptr().add(i * QK_K)) };
             let dx = d[i];
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), acc[c]);
             let bs = &bs[16 * i..16 * i + 16];

@@ -48,21 +48,12 @@ unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]
             let hi = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(s as i32)), one);
             runs[s] = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi));
         }
+        let scales: [__m256i; 8] = std::array::from_fn(|s| _mm256_set1_epi16(i16::from(sc[s])));
         let (dw, dminw) = (f16_at(b, D), f16_at(b, DMIN));
         for c in 0..G {
             let (d, q, bs) = (x.d[c], x.q[c], x.bs[c]);
             // SAFETY: super-block i's 256 quants lie inside the column.
-            let qx = unsafe { q.as_ptr().add(i * QK_K) };
-            let mut sumi = _mm256_setzero_si256();
-            for s in 0..8 {
-                // SAFETY: run s's 32 quants of super-block i (see above).
-                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * s).cast()) };
-                let scale = _mm256_set1_epi16(i16::from(sc[s]));
-                sumi = _mm256_add_epi32(
-                    sumi,
-                    _mm256_madd_epi16(scale, _mm256_maddubs_epi16(runs[s], xv)),
-                );
-            }
+            let sumi = unsafe { x86k::scaled_run_sums(&runs, &scales, q.as_ptr().add(i * QK_K)) };
             let dx = d[i];
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sumi), acc[c]);
             let msum = min_sum(&m, 2, &bs[16 * i..16 * i + 16]);

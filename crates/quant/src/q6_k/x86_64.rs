@@ -15,16 +15,6 @@ use crate::kquant::x86_64::{self as x86k, KColumns};
 use crate::kquant::QK_K;
 use crate::x86_64::f16_at;
 
-/// The i16 scales of runs of 16 for the 32 bytes of run `r` (0..8) of a super-block:
-/// scales `2r` (bytes 0..16) and `2r + 1` (bytes 16..32).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn run_scales(sc: &[i8; 16], r: usize) -> __m256i {
-    let lo = _mm256_set1_epi16(i16::from(sc[2 * r]));
-    let hi = _mm256_set1_epi16(i16::from(sc[2 * r + 1]));
-    _mm256_permute2x128_si256::<0x20>(lo, hi)
-}
-
 /// One row · G columns.
 ///
 /// # Safety
@@ -66,7 +56,7 @@ unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]
             runs[4 * n + 3] =
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l2), m15), h3);
         }
-        let scales: [__m256i; 8] = std::array::from_fn(|r| run_scales(&sc, r));
+        let scales: [__m256i; 8] = std::array::from_fn(|r| x86k::split_run_scales(&sc, r));
         // SAFETY: the 16 scales are bytes SCALES..SCALES + 16 of the block.
         let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(SCALES).cast()) });
         let dw = f16_at(b, D);
@@ -79,13 +69,8 @@ unsafe fn group<const G: usize>(row: &[u8], x: &KColumns<'_, G>, out: &mut [f32]
                     _mm256_loadu_si256(s.as_ptr().add(16 * i).cast()),
                 )
             };
-            let mut sumi = _mm256_setzero_si256();
-            for r in 0..8 {
-                // SAFETY: run r's 32 quants of super-block i (see above).
-                let xv = unsafe { _mm256_loadu_si256(qx.add(32 * r).cast()) };
-                let p16 = _mm256_madd_epi16(scales[r], _mm256_maddubs_epi16(runs[r], xv));
-                sumi = _mm256_add_epi32(sumi, p16);
-            }
+            // SAFETY: super-block i's 256 quants (see above).
+            let mut sumi = unsafe { x86k::scaled_run_sums(&runs, &scales, qx) };
             let msum = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16));
             sumi = _mm256_sub_epi32(sumi, msum);
             // SAFETY: see above.
