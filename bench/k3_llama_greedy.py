@@ -8,7 +8,8 @@ for kimi-k3 includes MLA's attn_k_b / attn_v_b — become MXFP4, the rest Q8_0; 
 Q8_0: as llama-quantize decides, with its fallbacks for rows that are not whole blocks),
 decodes N greedy tokens after P random prompts with `dspark generate` and with
 `llama_dump --greedy` (bench/llama_dump.sh builds it), and prints per file how many
-tokens agree before the first difference.
+tokens agree before the first difference, and (when the runtime's `greedy_top` example is
+built) how many prompts had every step's top logit bit-exact.
 
 A difference is examined where it happens: llama_dump re-evaluates the prompt and the
 common prefix in the same schedule (prompt in one batch, then one token per decode) and
@@ -34,12 +35,16 @@ import json
 import os
 import random
 import shlex
+import struct
 import subprocess
 import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEN = os.path.join(REPO, "tests", "reference", "make_tiny_kimi_k3.py")
+# The runtime's greedy steps with their top logits (cargo build --release -p dspark-runtime
+# --example greedy_top); when built, each prompt's top logits are compared bit for bit.
+GREEDY_TOP = os.path.join(REPO, "target", "release", "examples", "greedy_top")
 REF = os.path.join(REPO, "tests", "reference", "kimi_k3_ref.py")
 CONFIGS = {
     "default": [],
@@ -118,6 +123,7 @@ def main():
             sys.exit(f"k3_llama_greedy: unknown config {c!r} (known: {', '.join(CONFIGS)})")
     total = same = bugs = 0
     summary = collections.defaultdict(lambda: [0, 0])
+    exact = collections.defaultdict(lambda: [0, 0])
     with tempfile.TemporaryDirectory() as scratch:
         tmp = a.keep or scratch
         os.makedirs(tmp, exist_ok=True)
@@ -134,16 +140,28 @@ def main():
                 files.append((qt, out, [gen_cmd, q_cmd]))
             for label, path, make in files:
                 rng = random.Random(name)
-                agree, notes = [], []
+                agree, notes, bit_exact = [], [], []
                 for p in range(a.prompts):
                     prompt = [rng.randrange(0, 500) for _ in range(3 + 4 * p)]
                     toks = ",".join(map(str, prompt))
                     out = os.path.join(tmp, "l.json")
                     llama_cmd = [a.llama_dump, path, "--tokens", toks, "--greedy", str(a.n), "--out", out,
-                                 "--threads", a.threads] + a.llama_flags
+                                 "--threads", a.threads, "--gen-top", "1", "--no-logits"] + a.llama_flags
+                    # --no-logits: only the prompt's last row, as llama-completion (and
+                    # dspark generate) ask for it.
                     run(llama_cmd)
                     with open(out) as f:
-                        theirs = json.load(f)["generated"]
+                        dumped = json.load(f)
+                    theirs = dumped["generated"]
+                    if os.path.exists(GREEDY_TOP):
+                        # Every step's top logit, bit for bit (the runtime's greedy steps).
+                        top = json.loads(run([GREEDY_TOP, path, "--tokens", toks, "-n", str(a.n), "-k", "1",
+                                              "-t", a.threads, "--attention", a.attention]).stdout)["top"]
+                        bits = lambda rows: [(r[0][0], struct.pack("<f", r[0][1])) for r in rows]
+                        same_bits = bits(top) == bits(dumped["gen_top"])
+                        exact[label][0] += same_bits
+                        exact[label][1] += 1
+                        bit_exact.append(same_bits)
                     ours_cmd = [a.dspark, "generate", "-m", path, "--prompt-tokens", toks, "-n", str(a.n), "--ignore-eos",
                                 "--json", "-t", a.threads, "--attention", a.attention]
                     ours = json.loads(run(ours_cmd).stdout)["tokens"]
@@ -173,13 +191,16 @@ def main():
                         if not tie:
                             bugs += 1
                             notes.append("  repro: " + " && ".join(shlex.join(c) for c in make + [llama_cmd, ours_cmd]))
-                print(f"{name:20s} {label:13s} tokens agreeing before the first difference: {agree}")
+                bits_note = f"; top logits bit-exact: {sum(bit_exact)}/{len(bit_exact)}" if bit_exact else ""
+                print(f"{name:20s} {label:13s} tokens agreeing before the first difference: {agree}{bits_note}")
                 print(f"{'':34s} tensor types: {tensor_types(path)}")
                 for n in notes:
                     print(f"{'':34s} {n}")
                 sys.stdout.flush()
     for label, (s, t) in summary.items():
-        print(f"{label:13s} identical: {s}/{t}")
+        e, et = exact[label]
+        bit = f"; every step's top logit bit-exact: {e}/{et}" if et else ""
+        print(f"{label:13s} identical: {s}/{t}{bit}")
     print(f"identical: {same}/{total}; differences that are not near-ties: {bugs}")
     return 1 if bugs else 0
 

@@ -4,7 +4,7 @@
 //   llama_dump MODEL.gguf (--tokens 5,17,300 | --prompt TEXT) [--threads N] [--ctk f16|f32|bf16|q8_0]
 //               [--fa on|off|auto] [--batch 0|1] [--chunks 3,2,...] [--ubatch N] [--n-ctx N]
 //               [--greedy N] [--gen-top K] [--no-logits] [--stop-eog] [--gen-text FILE] [--mmap] [--no-repack]
-//               [--dump DIR] [--verbose] --out OUT.json
+//               [--dump DIR [--dump-at K]] [--verbose] --out OUT.json
 //
 // Output: {"model":..., "tokens":[...], "n_vocab":V, "type_k":"f16", "flash_attn":true,
 //          "logits":[[V floats] per prompt position], "argmax":[...], "generated":[...],
@@ -25,9 +25,12 @@
 
 static std::string g_dump_dir;     // --dump: where the first decode's F32 tensors go
 static bool        g_dump_on = false;
+static int         g_dump_at = 0;     // --dump-at: which llama_decode call to dump (0: the first)
+static int         g_decodes = 0;     // llama_decode calls so far
 static FILE *      g_dump_index = nullptr;
 
-// --dump: every contiguous F32 (and F16) node of the first decode, written as raw f32 to
+// --dump: every contiguous F32 (and F16) node of the first decode (--dump-at K: of the
+// K-th llama_decode call, counting prompt chunks and greedy steps from 0), written as raw f32 to
 // DIR/<seq>_<name>.f32 (seq: the order they were computed in) with a line
 // "name ne0 ne1 ne2 ne3 src=SRC0,SRC1,... op" in DIR/index.txt.
 static bool dump_cb(struct ggml_tensor * t, bool ask, void * /*ud*/) {
@@ -73,7 +76,7 @@ static void usage(const char * argv0) {
         "       [--threads N=2] [--ctk f16|f32|bf16|q8_0 (default f16; V type is set equal, MLA requires it)]\n"
         "       [--fa on|off|auto (default auto)] [--batch 0|1 (1 = token by token)] [--chunks 3,2,...]\n"
         "       [--ubatch N (default = n_batch)] [--n-ctx N] [--greedy N] [--gen-top K] [--no-logits] [--stop-eog]\n"
-        "       [--gen-text FILE] [--mmap] [--no-repack] [--dump DIR] [--verbose]\n",
+        "       [--gen-text FILE] [--mmap] [--no-repack] [--dump DIR [--dump-at K]] [--verbose]\n",
         argv0);
 }
 
@@ -150,6 +153,7 @@ int main(int argc, char ** argv) {
         else if (a == "--out" || a == "-o") { out_path = next(); }
         else if (a == "--gen-text") { gen_text_path = next(); }
         else if (a == "--dump")    { g_dump_dir = next(); }
+        else if (a == "--dump-at") { g_dump_at = atoi(next().c_str()); }
         else if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
         else if (a[0] != '-' && model_path.empty()) { model_path = a; }
         else { fprintf(stderr, "unknown argument: %s\n", a.c_str()); usage(argv[0]); return 1; }
@@ -228,7 +232,6 @@ int main(int argc, char ** argv) {
         g_dump_index = fopen((g_dump_dir + "/index.txt").c_str(), "w");
         if (!g_dump_index) { fprintf(stderr, "cannot write %s/index.txt\n", g_dump_dir.c_str()); return 1; }
         cp.cb_eval = dump_cb;
-        g_dump_on = true;
     }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); return 1; }
@@ -274,9 +277,11 @@ int main(int argc, char ** argv) {
             // kernel), not the whole prompt (kernels for many columns sum differently).
             batch.logits[j]    = (!no_logits || pos + j == n_prompt - 1) ? 1 : 0;
         }
+        g_dump_on = g_dump_index && g_decodes == g_dump_at;
         int rc = llama_decode(ctx, batch);
+        g_decodes++;
         if (rc != 0) { fprintf(stderr, "llama_decode failed rc=%d at pos %d (chunk %d)\n", rc, pos, c); return 1; }
-        if (g_dump_on) { g_dump_on = false; fclose(g_dump_index); }
+        if (g_dump_on) { g_dump_on = false; fclose(g_dump_index); g_dump_index = nullptr; }
         for (int j = 0; j < c; ++j) {
             if (!batch.logits[j]) { continue; }
             const float * l = llama_get_logits_ith(ctx, j);
@@ -302,7 +307,10 @@ int main(int argc, char ** argv) {
             batch.n_seq_id[0]  = 1;
             batch.seq_id[0][0] = 0;
             batch.logits[0]    = 1;
+            g_dump_on = g_dump_index && g_decodes == g_dump_at;
             int rc = llama_decode(ctx, batch);
+            g_decodes++;
+            if (g_dump_on) { g_dump_on = false; fclose(g_dump_index); g_dump_index = nullptr; }
             if (rc != 0) { fprintf(stderr, "llama_decode (greedy) failed rc=%d at pos %d\n", rc, pos); return 1; }
             pos++;
             next = argmax(llama_get_logits_ith(ctx, 0), n_vocab);

@@ -194,6 +194,13 @@ pub struct FormatKernels {
     pub relaid_prompt_rows: Option<RowKernel>,
     /// The reference of `relaid_prompt_rows`' grouped columns.
     pub relaid_prompt_dot_ref: Option<DotFn>,
+    /// For F32 and F16: llama.cpp runs a plain product of two columns or more through
+    /// llamafile's `tinyBLAS` (the order of `rows`) when the matrix's rows are a multiple of
+    /// 4 and its columns of this; every other product (one column, other shapes, every
+    /// per-expert product) takes `vec_rows`. So do dspark's: decode and verify steps take
+    /// `vec_rows` (a verify of n columns is n steps), a prompt's products take `rows` where
+    /// llama.cpp's do. 0: the rules of `relaid_rows` decide instead.
+    pub tinyblas_cols: usize,
 }
 
 impl FormatKernels {
@@ -220,7 +227,16 @@ impl FormatKernels {
             sgemm_dot_ref: None,
             relaid_prompt_rows: None,
             relaid_prompt_dot_ref: None,
+            tinyblas_cols: 0,
         }
+    }
+
+    /// Whether llama.cpp's plain products of `w` take llamafile's `tinyBLAS`
+    /// ([`FormatKernels::tinyblas_cols`]).
+    pub fn tinyblas(&self, w: &Matrix<'_>) -> bool {
+        self.tinyblas_cols > 0
+            && w.rows.is_multiple_of(4)
+            && w.cols.is_multiple_of(self.tinyblas_cols)
     }
 
     /// Whether llama.cpp re-lays `w` at load on this CPU ([`FormatKernels::relaid_rows`]).
@@ -229,10 +245,10 @@ impl FormatKernels {
     }
 
     /// The row kernel of `w`'s one-column products (decode and verify steps): `rows`, or
-    /// `vec_rows` where llama.cpp does not re-lay `w`.
+    /// `vec_rows` where llama.cpp does not re-lay `w` (F32 and F16: always `vec_rows`).
     pub fn step_rows(&self, w: &Matrix<'_>) -> RowKernel {
         match self.vec_rows {
-            Some(k) if !self.relaid(w) => k,
+            Some(k) if self.tinyblas_cols > 0 || !self.relaid(w) => k,
             _ => self.rows,
         }
     }
@@ -246,7 +262,7 @@ impl FormatKernels {
     /// The reference dot product of [`FormatKernels::step_rows`] for `w`.
     pub fn step_dot_ref(&self, w: &Matrix<'_>) -> DotFn {
         match self.vec_dot_ref {
-            Some(d) if !self.relaid(w) => d,
+            Some(d) if self.tinyblas_cols > 0 || !self.relaid(w) => d,
             _ => self.dot_ref,
         }
     }
@@ -257,6 +273,13 @@ impl FormatKernels {
         let step = self.step_rows(w);
         if !prompt {
             return step;
+        }
+        if self.tinyblas_cols > 0 {
+            return if n >= 2 && self.tinyblas(w) {
+                self.rows
+            } else {
+                step
+            };
         }
         if self.relaid(w) {
             // llama.cpp's re-laid kernels: grouped columns from four on.
@@ -276,6 +299,9 @@ impl FormatKernels {
     /// `mul_mat_id`, which has no `tinyBLAS` path), `prompt` as for
     /// [`FormatKernels::rows_for`].
     pub fn routed_rows_for(&self, w: &Matrix<'_>, n: usize, prompt: bool) -> RowKernel {
+        if let (Some(k), true) = (self.vec_rows, self.tinyblas_cols > 0) {
+            return k;
+        }
         match self.prompt_rows {
             Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !self.relaid(w) => k,
             _ => self.step_rows(w),

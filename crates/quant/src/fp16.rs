@@ -42,6 +42,21 @@ impl BlockFormat for Fp16 {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Fp16>();
+        // ggml's `vec_dot` for the products tinyBLAS does not take.
+        k.tinyblas_cols = crate::plain::TINYBLAS_COLS;
+        k.vec_rows = Some(|w, first, x, out| {
+            crate::plain::vec_rows_with(
+                w,
+                first,
+                x,
+                out,
+                SourceDtype::F16,
+                crate::vector::dot_f16_ref,
+            )
+        });
+        k.vec_dot_ref = Some(|row, x, c| {
+            crate::plain::vec_dot_with(row, x, c, SourceDtype::F16, crate::vector::dot_f16_ref)
+        });
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {
@@ -52,6 +67,12 @@ impl BlockFormat for Fp16 {
                     )
                 }
             };
+            k.vec_rows = Some(|w, first, x, out| {
+                crate::plain::vec_rows_with(w, first, x, out, SourceDtype::F16, |a, b| {
+                    // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
+                    unsafe { crate::vector::x86_64::dot_f16_avx2(a, b) }
+                })
+            });
         }
         let _ = cpu;
         k

@@ -39,6 +39,21 @@ impl BlockFormat for Fp32 {
 
     fn kernels(cpu: Detected) -> FormatKernels {
         let mut k = FormatKernels::reference::<Fp32>();
+        // ggml's `vec_dot` for the products tinyBLAS does not take.
+        k.tinyblas_cols = crate::plain::TINYBLAS_COLS;
+        k.vec_rows = Some(|w, first, x, out| {
+            crate::plain::vec_rows_with(
+                w,
+                first,
+                x,
+                out,
+                SourceDtype::F32,
+                crate::vector::dot_f32_ggml_ref,
+            )
+        });
+        k.vec_dot_ref = Some(|row, x, c| {
+            crate::plain::vec_dot_with(row, x, c, SourceDtype::F32, crate::vector::dot_f32_ggml_ref)
+        });
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
             k.rows = |w, first, x, out| {
@@ -49,6 +64,12 @@ impl BlockFormat for Fp32 {
                     )
                 }
             };
+            k.vec_rows = Some(|w, first, x, out| {
+                crate::plain::vec_rows_with(w, first, x, out, SourceDtype::F32, |a, b| {
+                    // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
+                    unsafe { crate::vector::x86_64::dot_f32_ggml_avx2(a, b) }
+                })
+            });
         }
         let _ = cpu;
         k

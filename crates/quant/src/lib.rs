@@ -177,8 +177,12 @@ pub struct Kernels {
     pub error_sums: fn(&[f32], &[f32]) -> ErrorSums,
     /// f32 dot product, within [`gemm::DOT_TOLERANCE`] of [`vector::dot_ref`].
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
-    /// `y += s·x`, within rounding of [`vector::axpy_ref`] (fused multiply-add).
+    /// `y += s·x`, the bits of [`vector::axpy_ref`] (one fused multiply-add per value, as
+    /// ggml's `ggml_vec_mad_f32`).
     pub axpy_f32: fn(&mut [f32], f32, &[f32]),
+    /// f32 dot product in ggml's `ggml_vec_dot_f32` order, the bits of
+    /// [`vector::dot_f32_ggml_ref`] (what llama.cpp's recurrent ops dot with).
+    pub dot_f32_ggml: fn(&[f32], &[f32]) -> f32,
     /// One query against keys at a stride ([`vector::dots_ref`]), each dot the same bits
     /// as [`Kernels::dot_f32`].
     pub dots_f32: fn(&[f32], &[f32], usize, &mut [f32]),
@@ -189,7 +193,7 @@ pub struct Kernels {
     pub scale_round_f16: fn(&mut [f32], f32),
     /// An F16 accumulator taking a weighted row, the bits of
     /// [`vector::mad_round_f16_ref`].
-    pub mad_round_f16: fn(&mut [f32], &[f32], f32, usize),
+    pub mad_round_f16: fn(&mut [f32], &[f32], f32),
     /// The dot product of F16-valued vectors, the bits of [`vector::dot_f16_ref`] (ggml's
     /// AVX-512 order).
     pub dot_f16: fn(&[f32], &[f32]) -> f32,
@@ -213,6 +217,7 @@ impl Kernels {
             error_sums: error::error_sums_ref,
             dot_f32: vector::dot_ref,
             axpy_f32: vector::axpy_ref,
+            dot_f32_ggml: vector::dot_f32_ggml_ref,
             dots_f32: vector::dots_ref,
             axpys_f32: vector::axpys_ref,
             scale_round_f16: vector::scale_round_f16_ref,
@@ -237,6 +242,10 @@ impl Kernels {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::dot_avx2(a, b) }
             };
+            k.dot_f32_ggml = |a, b| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::dot_f32_ggml_avx2(a, b) }
+            };
             k.axpy_f32 = |y, s, x| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::axpy_avx2(y, s, x) }
@@ -249,9 +258,9 @@ impl Kernels {
                 // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe { vector::x86_64::scale_round_f16_avx2(y, s) }
             };
-            k.mad_round_f16 = |y, x, s, fused| {
+            k.mad_round_f16 = |y, x, s| {
                 // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
-                unsafe { vector::x86_64::mad_round_f16_avx2(y, x, s, fused) }
+                unsafe { vector::x86_64::mad_round_f16_avx2(y, x, s) }
             };
             k.axpys_f32 = |y, w, values, stride| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.

@@ -721,6 +721,8 @@ fn strided_vector_kernels_equal_their_one_row_kernels() {
     }
 }
 
+/// The f32 vector kernels: `dot_f32` within tolerance of the in-order sum; ggml's order
+/// (`dot_f32_ggml`) and the fused axpy bit for bit their references, and close to the sums.
 #[test]
 fn vector_kernels_are_within_tolerance_of_the_references() {
     let mut rng = Rng(55);
@@ -735,13 +737,28 @@ fn vector_kernels_are_within_tolerance_of_the_references() {
                 "{} n {n}: {f} vs {r}",
                 k.isa
             );
+            // ggml's order and ggml's fused axpy: the same bits as the references.
+            let (f, r) = ((k.dot_f32_ggml)(&a, &b), vector::dot_f32_ggml_ref(&a, &b));
+            assert_eq!(
+                f.to_bits(),
+                r.to_bits(),
+                "{} ggml dot n {n}: {f} vs {r}",
+                k.isa
+            );
+            assert!(
+                (f - vector::dot_ref(&a, &b)).abs() <= crate::gemm::DOT_TOLERANCE * scale,
+                "{} ggml dot n {n}: {f} is not a dot product",
+                k.isa
+            );
             let s = rng.normal();
             let (mut y1, mut y2) = (b.clone(), b.clone());
             (k.axpy_f32)(&mut y1, s, &a);
             vector::axpy_ref(&mut y2, s, &a);
-            for (i, (u, v)) in y1.iter().zip(&y2).enumerate() {
-                let tol = 2.0 * f32::EPSILON * (b[i].abs() + (s * a[i]).abs());
-                assert!((u - v).abs() <= tol, "{} n {n} i {i}: {u} vs {v}", k.isa);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y1), bits(&y2), "{} axpy n {n}", k.isa);
+            for (i, (u, v)) in y1.iter().zip(&b).enumerate() {
+                let tol = 2.0 * f32::EPSILON * (v.abs() + (s * a[i]).abs());
+                assert!((u - (v + s * a[i])).abs() <= tol, "{} n {n} i {i}", k.isa);
             }
         }
     }
@@ -778,7 +795,7 @@ fn local_gemm_gives_the_same_bits_as_gemm() {
 }
 
 /// The F16-accumulator kernels (llama.cpp's flash-attention value sums) give their
-/// references' bits: fused and unfused parts, lengths around the vector width, values
+/// references' bits: lengths around the vector width, values
 /// near F16's limits (subnormal, overflowing to infinity).
 #[test]
 fn f16_accumulator_kernels_match_their_references() {
@@ -790,18 +807,13 @@ fn f16_accumulator_kernels_match_their_references() {
                 .map(|_| crate::vector::round_f16(rng.normal() * scale))
                 .collect();
             for k in fast_kernels() {
-                for fused in [0, len / 64 * 64, len] {
+                {
                     for w in [0.0f32, 0.37, 1.0, 1.7e-3] {
                         let (mut a, mut b) = (y0.clone(), y0.clone());
-                        (k.mad_round_f16)(&mut a, &x, w, fused);
-                        crate::vector::mad_round_f16_ref(&mut b, &x, w, fused);
+                        (k.mad_round_f16)(&mut a, &x, w);
+                        crate::vector::mad_round_f16_ref(&mut b, &x, w);
                         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&a),
-                            bits(&b),
-                            "{} mad len {len} fused {fused} w {w}",
-                            k.isa
-                        );
+                        assert_eq!(bits(&a), bits(&b), "{} mad len {len} w {w}", k.isa);
                         (k.scale_round_f16)(&mut a, w);
                         crate::vector::scale_round_f16_ref(&mut b, w);
                         assert_eq!(bits(&a), bits(&b), "{} scale len {len} w {w}", k.isa);

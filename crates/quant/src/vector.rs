@@ -14,14 +14,14 @@ pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// `y_i += s · x_i`.
+/// `y_i += s · x_i`, each one fused multiply-add (ggml's `ggml_vec_mad_f32`).
 ///
 /// # Panics
 /// If the lengths differ.
 pub fn axpy_ref(y: &mut [f32], s: f32, x: &[f32]) {
     assert_eq!(y.len(), x.len(), "axpy lengths");
     for (o, &v) in y.iter_mut().zip(x) {
-        *o += s * v;
+        *o = s.mul_add(v, *o);
     }
 }
 
@@ -95,36 +95,30 @@ pub fn scale_round_f16_ref(y: &mut [f32], s: f32) {
     }
 }
 
-/// `y_i = round_f16(fma(x_i, s, y_i))` for `i < fused`, `round_f16(y_i + x_i · s)` (a
-/// multiply, then an add) after: an F16 accumulator taking a weighted row as ggml's
-/// `ggml_vec_mad_f16` does (its SIMD steps fuse, its scalar leftovers do not).
+/// `y_i = round_f16(fma(x_i, s, y_i))`: an F16 accumulator taking a weighted row as
+/// ggml's `ggml_vec_mad_f16` does — its SIMD steps fuse, and so do its scalar leftovers
+/// (the compiler contracts them; checked against llama.cpp's flash attention over rows of
+/// 32 values, all leftovers).
 ///
 /// # Panics
 /// If the lengths differ.
-pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32, fused: usize) {
+pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32) {
     assert_eq!(y.len(), x.len(), "mad lengths");
-    for (i, (o, &v)) in y.iter_mut().zip(x).enumerate() {
-        *o = round_f16(if i < fused {
-            v.mul_add(s, *o)
-        } else {
-            *o + v * s
-        });
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = round_f16(v.mul_add(s, *o));
     }
 }
 
-/// Elements per step of ggml's F16 dot product ([`dot_f16_ref`]): four registers of 16.
+/// Elements per step of ggml's F16 and F32 dot products ([`dot_f16_ref`],
+/// [`dot_f32_ggml_ref`]): four registers of 16.
 pub const F16_DOT_STEP: usize = 64;
 
-/// The dot product of two F16-valued vectors as ggml's `ggml_vec_dot_f16` computes it on
-/// AVX-512 (what its flash attention scores a key with): whole steps of
+/// The whole steps of ggml's AVX-512 `ggml_vec_dot_f16` / `ggml_vec_dot_f32`: steps of
 /// [`F16_DOT_STEP`] values fused into four 16-lane accumulators (accumulator `j` takes
 /// values `16j..16j + 16` of each step), the accumulators added pairwise (`0 + 2`, `1 + 3`,
-/// then the two), the 16 lanes reduced by [`crate::lanes::hsum16`]; the leftover values'
-/// products added in f64; the result rounded to f32.
-///
-/// # Panics
-/// If the lengths differ.
-pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
+/// then the two), the 16 lanes reduced by [`crate::lanes::hsum16`]. Returns that sum and
+/// how many values it covers.
+fn ggml_step_sum(a: &[f32], b: &[f32]) -> (f32, usize) {
     assert_eq!(a.len(), b.len(), "dot lengths");
     let whole = a.len() / F16_DOT_STEP * F16_DOT_STEP;
     let mut acc = [[0.0f32; 16]; 4];
@@ -140,11 +134,38 @@ pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
     }
     let lanes: [f32; 16] =
         std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut sum = f64::from(crate::lanes::hsum16(lanes));
+    (crate::lanes::hsum16(lanes), whole)
+}
+
+/// The dot product of two F16-valued vectors as ggml's `ggml_vec_dot_f16` computes it on
+/// AVX-512 (what its flash attention scores a key with): the whole steps of
+/// [`ggml_step_sum`], then the leftover values' products added in f64; the result rounded
+/// to f32.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
+    let (steps, whole) = ggml_step_sum(a, b);
+    let mut sum = f64::from(steps);
     for (x, y) in a[whole..].iter().zip(&b[whole..]) {
         sum += f64::from(x * y);
     }
     sum as f32
+}
+
+/// The dot product of two f32 vectors as ggml's `ggml_vec_dot_f32` computes it on AVX-512
+/// (the KDA recurrence's dots, `GATED_DELTA_NET`): the whole steps of [`ggml_step_sum`],
+/// then each leftover product rounded and added to the f32 sum in order (unfused: checked
+/// against llama.cpp's `GATED_DELTA_NET` with heads of 32, all leftovers).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn dot_f32_ggml_ref(a: &[f32], b: &[f32]) -> f32 {
+    let (mut sum, whole) = ggml_step_sum(a, b);
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += x * y;
+    }
+    sum
 }
 
 /// Elements [`swiglu_ref`] takes through the vectorised exponential, in groups of this many.

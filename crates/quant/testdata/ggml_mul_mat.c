@@ -7,6 +7,7 @@
 // usage: ggml_mul_mat TYPE ROWS COLS N REPACK THREADS OUT
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -33,7 +34,8 @@ int main(int argc, char **argv) {
     srand(1);
     for (int r = 0; r < rows; r++) {
         for (int i = 0; i < cols; i++) wf[i] = (rand() / (float)RAND_MAX - 0.5f) * 0.1f;
-        t->from_float_ref(wf, w + r * rb, cols);
+        if (type == GGML_TYPE_F32) memcpy(w + r * rb, wf, rb); // F32 has no reference quantizer
+        else t->from_float_ref(wf, w + r * rb, cols);
     }
     ggml_backend_tensor_set(W, w, 0, rb * rows);
     struct ggml_tensor *X = ggml_new_tensor_2d(cx, GGML_TYPE_F32, cols, n);

@@ -9,6 +9,8 @@
 //! Prints one JSON line: `{"logits": [[V floats] for the last position of each chunk]}`
 //! (with one-token chunks after the prompt, the rows greedy decoding chose from). The
 //! file is read into memory (this is a diagnostic for small files, not a loader).
+//! `DSPARK_TRACE=DIR` writes the forwards' intermediates (`dspark_runtime::trace`;
+//! `DSPARK_TRACE_AT=K` only the K-th forward's), for `bench/trace_compare.py`.
 
 use std::sync::Arc;
 
@@ -43,13 +45,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = Arc::new(KimiK3::open(Arc::new(bytes))?);
     let mut s = m.session(tokens.len().max(1), 1)?;
     s.set_attention(attention);
+    // With DSPARK_TRACE=DIR, DSPARK_TRACE_AT=K traces the K-th forward only (from 0), as
+    // `bench/llama_dump --dump DIR --dump-at K` dumps llama.cpp's.
+    let trace_at: Option<usize> = std::env::var("DSPARK_TRACE_AT")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?;
     let mut at = 0;
     let mut rows = Vec::new();
-    for c in chunks {
-        rows.push(
-            s.forward_commit(&tokens[at..at + c], &[], Logits::Last)?
-                .logits,
-        );
+    for (i, c) in chunks.into_iter().enumerate() {
+        dspark_runtime::trace::pause(trace_at.is_some_and(|k| k != i));
+        // A chunk of more than one token is a prompt's forward: llama.cpp's prompt order
+        // (as `dspark generate` runs its prefill).
+        let chunk = &tokens[at..at + c];
+        let f = if c > 1 {
+            dspark_quant::gemm::prompt_order(|| s.forward_commit(chunk, &[], Logits::Last))?
+        } else {
+            s.forward_commit(chunk, &[], Logits::Last)?
+        };
+        rows.push(f.logits);
         at += c;
     }
     println!("{}", serde_json::json!({ "logits": rows }));

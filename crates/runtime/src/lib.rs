@@ -49,6 +49,7 @@ pub mod sampling;
 pub mod schedule;
 pub mod target;
 pub mod tokenizer;
+pub mod trace;
 mod weights;
 
 pub use error::{Result, RuntimeError};

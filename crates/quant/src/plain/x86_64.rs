@@ -1,8 +1,8 @@
-//! x86-64 row kernels for the plain formats (F32, F16, BF16; AVX2 + FMA + F16C): one
-//! weight load converted once and shared by up to [`GROUP`] columns, each column's
-//! instruction sequence the same whatever its group holds. Reached only through the
-//! kernel-table rows of `fp32.rs`, `fp16.rs` and `bf16.rs`; the tests hold them to the
-//! formats' `dot_ref` ([`crate::plain`]'s order) bit for bit.
+//! x86-64 row kernels for the plain formats F32 and F16 (AVX2 + FMA + F16C; BF16 has its
+//! own order, in `bf16.rs`): one weight load converted once and shared by up to [`GROUP`]
+//! columns, each column's instruction sequence the same whatever its group holds. Reached
+//! only through the kernel-table rows of `fp32.rs` and `fp16.rs`; the tests hold them to
+//! the formats' `dot_ref` ([`crate::plain`]'s order) bit for bit.
 
 // The kernels walk several per-column arrays by one index.
 #![allow(clippy::needless_range_loop)]
@@ -32,8 +32,6 @@ pub(crate) trait PlainLoad {
 pub(crate) struct LoadF32;
 /// F16 weights.
 pub(crate) struct LoadF16;
-/// BF16 weights.
-pub(crate) struct LoadBf16;
 
 impl PlainLoad for LoadF32 {
     const WIDTH: usize = 4;
@@ -59,23 +57,7 @@ impl PlainLoad for LoadF16 {
     }
 }
 
-impl PlainLoad for LoadBf16 {
-    const WIDTH: usize = 2;
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn load8(row: &[u8], k: usize) -> __m256 {
-        // SAFETY: the caller guarantees k + 8 values are in bounds.
-        unsafe {
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-                _mm_loadu_si128(row.as_ptr().add(2 * k).cast()),
-            )))
-        }
-    }
-    fn one(row: &[u8], j: usize) -> f32 {
-        f32::from_bits(u32::from(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])) << 16)
-    }
-}
-
-/// F32 / F16 / BF16 row · G columns (`x[c]` = column c). Column c's operations do not
+/// F32 / F16 row · G columns (`x[c]` = column c). Column c's operations do not
 /// depend on G.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn plain_group<L: PlainLoad, const G: usize>(row: &[u8], x: [&[f32]; G], out: &mut [f32]) {

@@ -166,9 +166,9 @@ pub(crate) unsafe fn scale_round_f16_avx2(y: &mut [f32], s: f32) {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32, fused: usize) {
+pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32) {
     assert_eq!(y.len(), x.len(), "mad lengths");
-    let n = fused.min(y.len()) / 8 * 8;
+    let n = y.len() / 8 * 8;
     let sv = _mm256_set1_ps(s);
     let (py, px) = (y.as_mut_ptr(), x.as_ptr());
     let mut i = 0;
@@ -181,7 +181,7 @@ pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32, fused:
         }
         i += 8;
     }
-    super::mad_round_f16_ref(&mut y[i..], &x[i..], s, fused.saturating_sub(i));
+    super::mad_round_f16_ref(&mut y[i..], &x[i..], s);
 }
 
 /// The polynomial part of ggml's vectorised `e^x` on eight lanes: `(n, j)` with `e^x =
@@ -305,13 +305,13 @@ pub(crate) unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
     super::swiglu_ref(&mut gate[grouped..], &up[grouped..]);
 }
 
-/// [`super::dot_f16_ref`] on AVX2: each 16-lane accumulator of the reference held as two
+/// [`super::ggml_step_sum`] on AVX2: each 16-lane accumulator of the reference held as two
 /// 8-lane halves, the same fused steps, the same reduction; the same bits.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn ggml_step_sum_avx2(a: &[f32], b: &[f32]) -> (f32, usize) {
     assert_eq!(a.len(), b.len(), "dot lengths");
     let whole = a.len() / super::F16_DOT_STEP * super::F16_DOT_STEP;
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
@@ -333,11 +333,36 @@ pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
     // Register j of the reference is halves 2j (lanes 0..8) and 2j + 1 (lanes 8..16).
     let lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
     let hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-    let mut sum = f64::from(crate::x86_64::hsum(_mm256_add_ps(lo, hi)));
+    (crate::x86_64::hsum(_mm256_add_ps(lo, hi)), whole)
+}
+
+/// [`super::dot_f16_ref`] on AVX2 (the same bits).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: the features are this function's.
+    let (steps, whole) = unsafe { ggml_step_sum_avx2(a, b) };
+    let mut sum = f64::from(steps);
     for (x, y) in a[whole..].iter().zip(&b[whole..]) {
         sum += f64::from(x * y);
     }
     sum as f32
+}
+
+/// [`super::dot_f32_ggml_ref`] on AVX2 (the same bits).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f32_ggml_avx2(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: the features are this function's.
+    let (mut sum, whole) = unsafe { ggml_step_sum_avx2(a, b) };
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += x * y;
+    }
+    sum
 }
 
 /// [`super::fused_dots_ref`] with FMA (the same bits): eight keys at a time, each its own

@@ -71,7 +71,7 @@ pub(crate) fn attend_group(
 /// `ggml_compute_forward_flash_attn_ext_f16_one_chunk` with an F16 V): a running maximum M
 /// and sum S in f32; on a new maximum the F16 accumulator is rescaled by `exp(M_old − M)`;
 /// each value is added with weight `exp(s − M)` by a fused multiply-add rounded to F16
-/// (ggml's SIMD path, whole steps of 64) or a multiply then an add (its scalar leftovers);
+/// (ggml's SIMD steps and, contracted by its compiler, its scalar leftovers);
 /// `out = acc / S`. Kimi K3's MLA reads keys and values from the same rows.
 pub(crate) fn attend_f16(
     q16: &[f32],
@@ -84,7 +84,6 @@ pub(crate) fn attend_f16(
 ) {
     let kn = kernels();
     let (d, r) = (q16.len(), out.len());
-    let simd = r / 64 * 64;
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     out.fill(0.0);
     for p in 0..count {
@@ -99,7 +98,7 @@ pub(crate) fn attend_f16(
         } else {
             vs = (s - m).exp();
         }
-        (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs, simd);
+        (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs);
         sum = sum.mul_add(ms, vs);
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };

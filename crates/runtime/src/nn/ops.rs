@@ -34,13 +34,14 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// `ln(1 + e^x)`, `x` itself above 20 (ggml's `ggml_softplus` threshold).
+/// `ln(1 + e^x)`, `x` itself above 20, as ggml's `softplus` computes it: libm's `logf` of
+/// the rounded `1 + expf(x)` (not `log1p`: llama.cpp's bits).
 #[inline]
 pub fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {
-        x.exp().ln_1p()
+        (1.0 + x.exp()).ln()
     }
 }
 

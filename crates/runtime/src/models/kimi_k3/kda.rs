@@ -139,10 +139,10 @@ pub(crate) fn step(
                 }
             }
         }
-        let delta = (s.v[j] - (kn.dot_f32)(row, s.k)) * s.beta;
+        let delta = (s.v[j] - (kn.dot_f32_ggml)(row, s.k)) * s.beta;
         (kn.axpy_f32)(row, delta, s.k);
         if let Some((q, out)) = read.as_mut() {
-            out[j] = (kn.dot_f32)(row, q) * scale;
+            out[j] = (kn.dot_f32_ggml)(row, q) * scale;
         }
     }
 }

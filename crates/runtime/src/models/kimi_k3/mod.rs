@@ -50,8 +50,8 @@ use rayon::prelude::*;
 
 use crate::error::{Result, RuntimeError};
 use crate::memory::{try_zeroed, zeroed};
-use crate::nn::attention::attend_f16;
 pub use crate::nn::attention::Attention;
+use crate::nn::attention::{attend_f16, attend_tiled, FA_TILE};
 use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, softmax, softplus, swiglu};
 use crate::target::{check_rollback, Forward, Logits, Target};
 use crate::weights::{vector, Layout, ModelBytes, ModelData, WeightRef};
@@ -814,7 +814,9 @@ impl KimiK3Session {
             if li > 0 {
                 take(li - 1, a_in, &mut captured);
             }
+            crate::trace::put(&format!("l{li}_a_in"), a_in);
             norm_rows(a_in, &layer.attn_norm, eps, &mut normed);
+            crate::trace::put(&format!("l{li}_attn_norm"), &normed);
             let banked = res > 0 && li % res == 0;
             match &layer.mixer {
                 Mixer::Kda(w) => {
@@ -860,16 +862,21 @@ impl KimiK3Session {
                 }
                 None => &p,
             };
+            crate::trace::put(&format!("l{li}_p_after_attn"), &p);
+            crate::trace::put(&format!("l{li}_f_in"), f_in);
             norm_rows(f_in, &layer.ffn_norm, eps, &mut normed);
+            crate::trace::put(&format!("l{li}_ffn_norm"), &normed);
             match &layer.ffn {
                 Ffn::Dense(f) => f.forward(bytes, model.situ, &normed, &mut y),
                 Ffn::Moe(m) => {
                     m.forward(&*model.bytes, &model.routing, model.situ, &normed, &mut y)?
                 }
             }
+            crate::trace::put(&format!("l{li}_ffn_out"), &y);
             for (a, b) in p.iter_mut().zip(&y) {
                 *a += b;
             }
+            crate::trace::put(&format!("l{li}_l_out"), &p);
         }
         let o: &[f32] = match &model.output_res {
             Some(w) => {
@@ -924,6 +931,27 @@ fn kda_forward(
     );
     let mut fb = vec![0.0f32; n * inner];
     gemm(&w.f_b.matrix(bytes), &fa, &mut fb);
+    // Diagnostics (`crate::trace`, off unless DSPARK_TRACE is set): the intermediates
+    // `bench/trace_compare.py` matches with llama.cpp's nodes.
+    let tr = crate::trace::on();
+    if tr {
+        for (nm, v) in [
+            ("kda_pq", &pq),
+            ("kda_pk", &pk),
+            ("kda_pv", &pv),
+            ("kda_g2raw", &g2),
+            ("kda_braw", &braw),
+            ("kda_fa", &fa),
+            ("kda_fb", &fb),
+        ] {
+            crate::trace::put(nm, v);
+        }
+    }
+    let (mut tr_pre, mut tr_post, mut tr_lg) = (
+        [(); 3].map(|_| Vec::new()),
+        [(); 3].map(|_| Vec::new()),
+        Vec::new(),
+    );
     // Pre-conv rows [q | k | v] after the window.
     let win = d.window();
     let rw = d.input_floats();
@@ -944,7 +972,7 @@ fn kda_forward(
     for t in 0..n {
         // Per channel Σ_τ w[τ][c] · x[t + τ][c], τ in order (one tap over every channel
         // at a time), then SiLU.
-        let conv = |part: usize, dst: &mut [f32]| {
+        let mut conv = |part: usize, dst: &mut [f32]| {
             let kern = &w.conv[part];
             dst.fill(0.0);
             for tau in 0..kk {
@@ -954,11 +982,17 @@ fn kda_forward(
                     .zip(x)
                     .zip(&kern[tau * inner..(tau + 1) * inner])
                 {
-                    *o += xv * wv;
+                    *o = xv.mul_add(wv, *o);
                 }
+            }
+            if tr {
+                tr_pre[part].extend_from_slice(dst);
             }
             // ggml's `silu` row kernel: its arithmetic is SwiGLU's with an up of ones.
             swiglu(dst, &ones);
+            if tr {
+                tr_post[part].extend_from_slice(dst);
+            }
         };
         let row = &mut steps[t * sf..(t + 1) * sf];
         let (k_out, rest) = row.split_at_mut(inner);
@@ -984,11 +1018,32 @@ fn kda_forward(
                 Some(lb) => sigmoid(-(u * a)) * lb,
                 None => softplus(u) * a,
             };
+            if tr {
+                tr_lg.push(lg);
+            }
             *g = lg.exp();
         }
         for (b, &x) in beta.iter_mut().zip(&braw[t * heads..(t + 1) * heads]) {
             *b = sigmoid(x);
         }
+    }
+    if tr {
+        for (i, nm) in ["q", "k", "v"].iter().enumerate() {
+            crate::trace::put(&format!("kda_conv_{nm}"), &tr_pre[i]);
+            crate::trace::put(&format!("kda_silu_{nm}"), &tr_post[i]);
+        }
+        crate::trace::put("kda_qn", &q);
+        let part = |p: usize, len: usize| -> Vec<f32> {
+            steps
+                .chunks_exact(sf)
+                .flat_map(|r| r[p * inner..p * inner + len].to_vec())
+                .collect()
+        };
+        crate::trace::put("kda_kn", &part(0, inner));
+        crate::trace::put("kda_vv", &part(1, inner));
+        crate::trace::put("kda_decay", &part(2, inner));
+        crate::trace::put("kda_beta", &part(3, heads));
+        crate::trace::put("kda_lg", &tr_lg);
     }
     let mut o = vec![0.0f32; n * inner];
     let dest = match (keep, snapshots) {
@@ -1003,6 +1058,7 @@ fn kda_forward(
     } else {
         st.replace_window(&ext[n * rw..]);
     }
+    crate::trace::put("kda_o", &o);
     // Per-head RMSNorm, sigmoid gate, output projection.
     let mut gated = vec![0.0f32; n * inner];
     for ((oh, gh), g2h) in o
@@ -1015,7 +1071,9 @@ fn kda_forward(
             *a *= sigmoid(b);
         }
     }
+    crate::trace::put("kda_gated", &gated);
     gemm(&w.output.matrix(bytes), &gated, out);
+    crate::trace::put("kda_out", out);
 }
 
 /// The MLA layer (absorbed form) of every row of `h` into `out`, writing positions
@@ -1067,6 +1125,9 @@ fn mla_forward(
             gemm(&b.matrix(bytes), &qn, &mut q);
         }
     }
+    crate::trace::put("mla_q", &q);
+    crate::trace::put("mla_kvr", &kvr);
+    crate::trace::put("mla_gate", &gate);
     // Cache rows: the normed latent, then the rope part as it is (NoPE: no rotation).
     for t in 0..n {
         let dst = &mut cache[(p0 + t) * row..(p0 + t + 1) * row];
@@ -1085,6 +1146,10 @@ fn mla_forward(
     // The per-head products are llama.cpp's batched `mul_mat` of a 3-D tensor: in a
     // prompt, its prompt kernels' order.
     let prompt = dspark_quant::gemm::in_prompt_order();
+    // Those products read a permuted (not contiguous) activation, which llama.cpp's
+    // tinyBLAS takes only once converted to the weight's activation type: an F32 weight
+    // (nothing to convert) takes its `vec_dot` for every column.
+    let head_prompt = |w: &WeightRef| prompt && w.matrix(bytes).ty != dspark_gguf::GgmlType::F32;
     let absorbed: Vec<Vec<f32>> = w
         .k_b
         .par_iter()
@@ -1096,7 +1161,7 @@ fn mla_forward(
                 xn.extend_from_slice(&q[at..at + d_n]);
             }
             let mut ab = vec![0.0f32; n * r];
-            gemm_local_plain(&kb.matrix(bytes), &xn, &mut ab, prompt);
+            gemm_local_plain(&kb.matrix(bytes), &xn, &mut ab, head_prompt(kb));
             ab
         })
         .collect();
@@ -1109,6 +1174,8 @@ fn mla_forward(
             qa[dst + r..dst + row].copy_from_slice(&q[src..src + d_r]);
         }
     }
+    crate::trace::put("mla_cache", &cache[..(p0 + n) * row]);
+    crate::trace::put("mla_qa", &qa);
     // Attention over the cache: position p0 + t reads rows 0..=p0 + t. One task per
     // (position, head), each the same arithmetic whatever runs beside it.
     let scale = 1.0 / (hp.key_length_mla as f32).sqrt();
@@ -1132,6 +1199,20 @@ fn mla_forward(
                 (kn.axpys_f32)(o, scores, cache, row);
             },
         ),
+        // A prompt's forward of at least FA_TILE positions: llama.cpp's tiled flash
+        // attention (the query unrounded); shorter ones its one-chunk kernel.
+        Attention::F16 if n >= FA_TILE => ctx.par_chunks_mut(r).enumerate().for_each(|(i, o)| {
+            let t = i / heads;
+            attend_tiled(
+                &qa[i * row..(i + 1) * row],
+                cache,
+                cache,
+                row,
+                p0 + t + 1,
+                scale,
+                o,
+            );
+        }),
         Attention::F16 => ctx.par_chunks_mut(r).enumerate().for_each_init(
             || vec![0.0f32; row],
             |q16: &mut Vec<f32>, (i, o)| {
@@ -1143,6 +1224,7 @@ fn mla_forward(
             },
         ),
     }
+    crate::trace::put("mla_ctx", &ctx);
     // Value heads from the latent context, the gate, the output projection.
     let values: Vec<Vec<f32>> = w
         .v_b
@@ -1155,7 +1237,7 @@ fn mla_forward(
                 xc.extend_from_slice(&ctx[at..at + r]);
             }
             let mut y = vec![0.0f32; n * d_v];
-            gemm_local_plain(&vb.matrix(bytes), &xc, &mut y, prompt);
+            gemm_local_plain(&vb.matrix(bytes), &xc, &mut y, head_prompt(vb));
             y
         })
         .collect();
@@ -1171,7 +1253,9 @@ fn mla_forward(
             *a *= sigmoid(g);
         }
     }
+    crate::trace::put("mla_vo", &vo);
     gemm(&w.output.matrix(bytes), &vo, out);
+    crate::trace::put("mla_out", out);
 }
 
 use dspark_quant::vector::round_f16 as f16_round;

@@ -199,11 +199,21 @@ impl Moe {
         let ne = self.router.rows;
         let mut logits = vec![0.0f32; n * ne];
         gemm(&self.router.matrix(bytes), h, &mut logits);
+        crate::trace::put("moe_logits", &logits);
         let routes: Vec<(Vec<usize>, Vec<f32>)> = logits
             .chunks_exact(ne)
             .map(|l| routing.route(l, &self.probs_bias))
             .collect();
         // The experts' input: the latent projection, or h itself.
+        if crate::trace::on() {
+            let sel: Vec<f32> = routes
+                .iter()
+                .flat_map(|(s, _)| s.iter().map(|&e| e as f32))
+                .collect();
+            let ws: Vec<f32> = routes.iter().flat_map(|(_, w)| w.iter().copied()).collect();
+            crate::trace::put("moe_selected", &sel);
+            crate::trace::put("moe_weights", &ws);
+        }
         let latent;
         let r: &[f32] = match &self.routed_down {
             Some(w) => {
@@ -271,6 +281,8 @@ impl Moe {
                 }
             }
         }
+        crate::trace::put("moe_slot_out", &slot_out);
+        crate::trace::put("moe_wsum", &y);
         if let Some(norm) = &self.routed_norm {
             let mut z = vec![0.0f32; y.len()];
             for (a, b) in y.chunks_exact(el).zip(z.chunks_exact_mut(el)) {
@@ -282,9 +294,11 @@ impl Moe {
             Some(w) => gemm(&w.matrix(bytes), &y, out),
             None => out.copy_from_slice(&y),
         }
+        crate::trace::put("moe_routed_out", out);
         if let Some(sh) = &self.shared {
             let mut s = vec![0.0f32; out.len()];
             sh.forward(bytes, situ, h, &mut s);
+            crate::trace::put("moe_shared_out", &s);
             for (a, b) in out.iter_mut().zip(&s) {
                 *a += b;
             }
