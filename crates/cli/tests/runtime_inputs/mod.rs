@@ -1063,7 +1063,10 @@ fn generate_streams_and_stops_on_a_signal() {
     let mut parts = Parts::of(&tb);
     parts.kvs.retain(|(k, _)| !k.starts_with("tokenizer."));
     fs::write(&target, parts.bytes()).unwrap();
-    // The whole run, for reference (no time limit: the machine may be busy).
+    // The whole run, for reference (no time limit: the machine may be busy), on the
+    // interrupted runs' one thread: past 256 positions F16 attention splits a decode
+    // step's keys among the threads as llama.cpp does, so the thread count is part of
+    // the request.
     let o = dspark(&[
         "generate",
         "-m",
@@ -1074,6 +1077,8 @@ fn generate_streams_and_stops_on_a_signal() {
         "4000",
         "--ignore-eos",
         "--json",
+        "-t",
+        "1",
     ]);
     assert_ok(&o);
     let full: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

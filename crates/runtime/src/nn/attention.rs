@@ -64,6 +64,29 @@ pub(crate) fn attend_group(
     }
 }
 
+/// The cells llama.cpp's KV cache shows a forward (`n_kv`) are the cells in use rounded up
+/// to a multiple of this.
+pub(crate) const KV_PAD: usize = 256;
+
+/// From this many cells in view (`n_kv`), llama.cpp's flash attention splits a single-row
+/// forward's keys among its threads (`use_split_kv_path`).
+pub(crate) const SPLIT_KV_MIN: usize = 512;
+
+/// Into how many chunks of keys llama.cpp's flash attention splits a query row that sees
+/// `view` positions, in a forward of `n` rows (`prompt`: a prompt's forward) on `threads`
+/// threads: its thread count for a single-row forward once `n_kv` (`view` rounded up to
+/// [`KV_PAD`]) reaches [`SPLIT_KV_MIN`], else 1. dspark's decode and verify rows all
+/// take the single-row rule (a verify row is a decode step, bit for bit); a prompt's
+/// forward of several rows does not split. (llama.cpp's `n_kv` is also capped by its
+/// context size, assumed here to be at least the padded count.)
+pub(crate) fn kv_chunks(n: usize, view: usize, prompt: bool, threads: usize) -> usize {
+    if (n == 1 || !prompt) && view.next_multiple_of(KV_PAD) >= SPLIT_KV_MIN {
+        threads.max(1)
+    } else {
+        1
+    }
+}
+
 /// One query row (`q16`, F16-valued) over `count` positions whose keys and values lie at
 /// `stride` apart in `keys` and `values` (F16 valued; a head's `out.len()` values at each
 /// position of `values`, its `q16.len()` at each of `keys`), by llama.cpp's one-chunk
@@ -73,6 +96,14 @@ pub(crate) fn attend_group(
 /// each value is added with weight `exp(s − M)` by a fused multiply-add rounded to F16
 /// (ggml's SIMD steps and, contracted by its compiler, its scalar leftovers);
 /// `out = acc / S`. Kimi K3's MLA reads keys and values from the same rows.
+///
+/// With `chunks` > 1 ([`kv_chunks`]), llama.cpp's split-KV path: the `n_kv` cells (`count`
+/// rounded up to [`KV_PAD`]) cut into `chunks` runs of `⌈n_kv / chunks⌉`, each run's
+/// unnormalised `(M, S, acc)` by the recipe above over its positions below `count`, then
+/// the runs merged in order (`M' = max`, each side rescaled by `exp(M_side − M')`,
+/// `acc = fma(acc, s_old, acc_run · s_new)`, `S` likewise; runs with `S = 0` skipped),
+/// `out = acc · (1 / S)`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_f16(
     q16: &[f32],
     keys: &[f32],
@@ -81,12 +112,52 @@ pub(crate) fn attend_f16(
     count: usize,
     scale: f32,
     out: &mut [f32],
+    chunks: usize,
 ) {
+    let sum = if chunks <= 1 {
+        one_chunk_f16(q16, keys, values, stride, 0..count, scale, out).1
+    } else {
+        let n_kv = count.next_multiple_of(KV_PAD);
+        let size = n_kv.div_ceil(chunks);
+        let mut run = vec![0.0f32; out.len()];
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        out.fill(0.0);
+        for c in 0..chunks {
+            let (lo, hi) = ((c * size).min(count), ((c + 1) * size).min(count));
+            let (mc, sc) = one_chunk_f16(q16, keys, values, stride, lo..hi, scale, &mut run);
+            if sc == 0.0 {
+                continue;
+            }
+            let m_new = m.max(mc);
+            let (s_old, s_new) = ((m - m_new).exp(), (mc - m_new).exp());
+            for (a, &b) in out.iter_mut().zip(&run) {
+                *a = a.mul_add(s_old, b * s_new);
+            }
+            sum = sum.mul_add(s_old, sc * s_new);
+            m = m_new;
+        }
+        sum
+    };
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|a| *a *= inv);
+}
+
+/// The recipe of [`attend_f16`] over `positions`, unnormalised: `acc` into `out` (F16
+/// values), returning `(M, S)` (`(-inf, 0)` for no positions).
+fn one_chunk_f16(
+    q16: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    positions: std::ops::Range<usize>,
+    scale: f32,
+    out: &mut [f32],
+) -> (f32, f32) {
     let kn = kernels();
     let (d, r) = (q16.len(), out.len());
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     out.fill(0.0);
-    for p in 0..count {
+    for p in positions {
         let key = &keys[p * stride..p * stride + d];
         let s = (kn.dot_f16)(q16, key) * scale;
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
@@ -101,8 +172,7 @@ pub(crate) fn attend_f16(
         (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs);
         sum = sum.mul_add(ms, vs);
     }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().for_each(|a| *a *= inv);
+    (m, sum)
 }
 
 /// Query rows from which llama.cpp's CPU flash attention takes its tiled path (`GGML_FA_TILE_Q`)
@@ -184,4 +254,49 @@ pub enum Attention {
     /// is rounded to F16 after every key (`ggml_vec_mad_f16` / `ggml_vec_scale_f16`), the
     /// sum divided out at the end.
     F16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// llama.cpp's split-KV rule: single-row forwards from 512 cells in view (the view
+    /// rounded up to 256), every decode or verify row alike, never a prompt of several rows.
+    #[test]
+    fn keys_split_as_llama_cpp_splits_a_decode_step() {
+        assert_eq!(kv_chunks(1, 256, true, 2), 1);
+        assert_eq!(kv_chunks(1, 257, true, 2), 2);
+        assert_eq!(kv_chunks(1, 257, false, 3), 3);
+        assert_eq!(
+            kv_chunks(5, 300, false, 2),
+            2,
+            "a verify row is a decode step"
+        );
+        assert_eq!(kv_chunks(5, 300, true, 2), 1, "a prompt of several rows");
+        assert_eq!(kv_chunks(1, 600, true, 0), 1);
+    }
+
+    /// One chunk split or not is the same arithmetic; two chunks are not (the merge rounds),
+    /// but stay within rounding of the one-chunk result.
+    #[test]
+    fn split_attention_is_the_one_chunk_recipe_merged() {
+        let (d, count) = (16usize, 300usize);
+        let val = |i: usize| dspark_quant::vector::round_f16(((i * 37 % 101) as f32 - 50.0) / 40.0);
+        let kv: Vec<f32> = (0..count * d).map(val).collect();
+        let q: Vec<f32> = (0..d).map(|i| val(i * 7 + 3)).collect();
+        let run = |chunks| {
+            let mut o = vec![0.0f32; d];
+            attend_f16(&q, &kv, &kv, d, count, 0.25, &mut o, chunks);
+            o
+        };
+        let (one, two) = (run(1), run(2));
+        let mut direct = vec![0.0f32; d];
+        let (_, s) = one_chunk_f16(&q, &kv, &kv, d, 0..count, 0.25, &mut direct);
+        let direct: Vec<f32> = direct.iter().map(|a| a * (1.0 / s)).collect();
+        assert_eq!(one, direct);
+        assert_ne!(one, two, "two chunks should round differently somewhere");
+        for (a, b) in one.iter().zip(&two) {
+            assert!((a - b).abs() <= 2e-3 * (1.0 + a.abs()), "{a} vs {b}");
+        }
+    }
 }

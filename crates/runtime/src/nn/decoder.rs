@@ -19,7 +19,9 @@ use rayon::prelude::*;
 use crate::cache::KvCache;
 use crate::error::{Result, RuntimeError};
 use crate::memory::try_zeroed;
-use crate::nn::attention::{attend_f16, attend_group, attend_tiled, Attention, Span, FA_TILE};
+use crate::nn::attention::{
+    attend_f16, attend_group, attend_tiled, kv_chunks, Attention, Span, FA_TILE,
+};
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rotate_heads, Rotary};
@@ -287,6 +289,12 @@ impl<M: HasDecoder> Target for DecoderSession<M> {
                     );
                 });
             } else if f16 {
+                // Decode and verify rows (and short prompts) by the one-chunk kernel, split
+                // among llama.cpp's threads as it splits a decode step's keys.
+                let (prompt, threads) = (
+                    dspark_quant::gemm::in_prompt_order(),
+                    rayon::current_num_threads(),
+                );
                 attn.par_chunks_mut(hd).enumerate().for_each_init(
                     || vec![0.0f32; hd],
                     |q16, (i, out)| {
@@ -303,6 +311,7 @@ impl<M: HasDecoder> Target for DecoderSession<M> {
                             p0 + t + 1,
                             scale,
                             out,
+                            kv_chunks(n, p0 + t + 1, prompt, threads),
                         );
                     },
                 );

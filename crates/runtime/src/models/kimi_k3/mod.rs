@@ -51,7 +51,7 @@ use rayon::prelude::*;
 use crate::error::{Result, RuntimeError};
 use crate::memory::{try_zeroed, zeroed};
 pub use crate::nn::attention::Attention;
-use crate::nn::attention::{attend_f16, attend_tiled, FA_TILE};
+use crate::nn::attention::{attend_f16, attend_tiled, kv_chunks, FA_TILE};
 use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, softmax, softplus, swiglu};
 use crate::target::{check_rollback, Forward, Logits, Target};
 use crate::weights::{vector, Layout, ModelBytes, ModelData, WeightRef};
@@ -1179,6 +1179,7 @@ fn mla_forward(
     // Attention over the cache: position p0 + t reads rows 0..=p0 + t. One task per
     // (position, head), each the same arithmetic whatever runs beside it.
     let scale = 1.0 / (hp.key_length_mla as f32).sqrt();
+    let threads = rayon::current_num_threads();
     let mut ctx = vec![0.0f32; n * heads * r];
     let cache = &*cache;
     let kn = kernels();
@@ -1213,6 +1214,8 @@ fn mla_forward(
                 o,
             );
         }),
+        // Shorter ones (decode and verify rows too) by its one-chunk kernel, split among
+        // its threads as it splits a decode step's keys.
         Attention::F16 => ctx.par_chunks_mut(r).enumerate().for_each_init(
             || vec![0.0f32; row],
             |q16: &mut Vec<f32>, (i, o)| {
@@ -1220,7 +1223,8 @@ fn mla_forward(
                 for (a, &b) in q16.iter_mut().zip(&qa[i * row..(i + 1) * row]) {
                     *a = f16_round(b);
                 }
-                attend_f16(q16, cache, cache, row, p0 + t + 1, scale, o);
+                let chunks = kv_chunks(n, p0 + t + 1, prompt, threads);
+                attend_f16(q16, cache, cache, row, p0 + t + 1, scale, o, chunks);
             },
         ),
     }
