@@ -50,7 +50,7 @@ impl BlockFormat for Fp16 {
                 first,
                 x,
                 out,
-                SourceDtype::F16,
+                |row, y| decode(SourceDtype::F16, row, y),
                 crate::vector::dot_f16_ref,
             )
         });
@@ -68,7 +68,11 @@ impl BlockFormat for Fp16 {
                 }
             };
             k.vec_rows = Some(|w, first, x, out| {
-                crate::plain::vec_rows_with(w, first, x, out, SourceDtype::F16, |a, b| {
+                let decode = |row: &[u8], y: &mut [f32]| {
+                    // SAFETY: this row is built only from a `Detected` with AVX2 and F16C.
+                    unsafe { crate::plain::x86_64::decode_f16(row, y) }
+                };
+                crate::plain::vec_rows_with(w, first, x, out, decode, |a, b| {
                     // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
                     unsafe { crate::vector::x86_64::dot_f16_avx2(a, b) }
                 })

@@ -47,7 +47,7 @@ impl BlockFormat for Fp32 {
                 first,
                 x,
                 out,
-                SourceDtype::F32,
+                |row, y| decode(SourceDtype::F32, row, y),
                 crate::vector::dot_f32_ggml_ref,
             )
         });
@@ -65,7 +65,8 @@ impl BlockFormat for Fp32 {
                 }
             };
             k.vec_rows = Some(|w, first, x, out| {
-                crate::plain::vec_rows_with(w, first, x, out, SourceDtype::F32, |a, b| {
+                let decode = |row: &[u8], y: &mut [f32]| decode(SourceDtype::F32, row, y);
+                crate::plain::vec_rows_with(w, first, x, out, decode, |a, b| {
                     // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
                     unsafe { crate::vector::x86_64::dot_f32_ggml_avx2(a, b) }
                 })

@@ -24,21 +24,21 @@ pub(crate) fn dot_lanes(w: impl Fn(usize) -> f32, x: &[f32]) -> f32 {
 /// llama.cpp's plain products that llamafile's `tinyBLAS` does not take (per-expert
 /// products, and matrices whose rows are not a multiple of 4 or whose columns are not of
 /// [`TINYBLAS_COLS`]) run ggml's `vec_dot` of the format instead: each row decoded to f32
-/// once, then `dot` with each column (the columns already rounded to the format's
-/// activation). `dot` is [`crate::vector::dot_f32_ggml_ref`] for F32 and
+/// once (`decode`), then `dot` with each column (the columns already rounded to the
+/// format's activation). `dot` is [`crate::vector::dot_f32_ggml_ref`] for F32 and
 /// [`crate::vector::dot_f16_ref`] for F16, or their kernels.
 pub(crate) fn vec_rows_with(
     w: &crate::Matrix<'_>,
     first: usize,
     x: &crate::columns::Columns<'_>,
     out: &mut [f32],
-    dtype: crate::SourceDtype,
+    decode: impl Fn(&[u8], &mut [f32]),
     dot: impl Fn(&[f32], &[f32]) -> f32,
 ) {
     let n = x.count();
     let mut row = vec![0.0f32; w.cols];
     for (i, row_out) in out.chunks_exact_mut(n).enumerate() {
-        crate::float::decode(dtype, w.row(first + i), &mut row);
+        decode(w.row(first + i), &mut row);
         for (c, o) in row_out.iter_mut().enumerate() {
             *o = dot(&row, x.f32(c));
         }

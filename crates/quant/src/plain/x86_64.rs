@@ -86,6 +86,28 @@ fn plain_group<L: PlainLoad, const G: usize>(row: &[u8], x: [&[f32]; G], out: &m
     }
 }
 
+/// A row of F16 values as f32 (exact), eight at a time by F16C.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn decode_f16(row: &[u8], out: &mut [f32]) {
+    assert_eq!(row.len(), 2 * out.len(), "decode length");
+    let whole = out.len() / 8 * 8;
+    let mut k = 0;
+    while k < whole {
+        // SAFETY: k + 8 <= out.len(), and the row holds 2 bytes per value.
+        unsafe {
+            let v = LoadF16::load8(row, k);
+            _mm256_storeu_ps(out.as_mut_ptr().add(k), v);
+        }
+        k += 8;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(whole) {
+        *o = LoadF16::one(row, j);
+    }
+}
+
 /// Columns sharing one pass over a row.
 pub(crate) const GROUP: usize = 4;
 
