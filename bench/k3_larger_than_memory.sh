@@ -142,7 +142,7 @@ sys.exit(a != b.decode("utf-8", "replace").encode())' "$LOGS/dspark.txt" "$LOGS/
     done
     if [ -n "$LLAMA_DUMP" ] && [ -x "$LLAMA_DUMP" ]; then
         ids=$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_tokens"])))' "$LOGS/dspark.json")
-        "$LLAMA_DUMP" "$MODEL" --tokens "$ids" --greedy "$N" --mmap --no-repack --threads "$THREADS" \
+        "$LLAMA_DUMP" "$MODEL" --tokens "$ids" --greedy "$N" --no-logits --mmap --no-repack --threads "$THREADS" \
             --out "$LOGS/llama_dump.json" 2> "$LOGS/llama_dump.err"
         python3 - "$LOGS/dspark.json" "$LOGS/llama_dump.json" <<'EOF' || status=1
 import json, sys

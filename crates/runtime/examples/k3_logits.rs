@@ -45,16 +45,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = Arc::new(KimiK3::open(Arc::new(bytes))?);
     let mut s = m.session(tokens.len().max(1), 1)?;
     s.set_attention(attention);
-    // With DSPARK_TRACE=DIR, DSPARK_TRACE_AT=K traces the K-th forward only (from 0), as
-    // `bench/llama_dump --dump DIR --dump-at K` dumps llama.cpp's.
-    let trace_at: Option<usize> = std::env::var("DSPARK_TRACE_AT")
-        .ok()
-        .map(|v| v.parse())
-        .transpose()?;
     let mut at = 0;
     let mut rows = Vec::new();
-    for (i, c) in chunks.into_iter().enumerate() {
-        dspark_runtime::trace::pause(trace_at.is_some_and(|k| k != i));
+    for c in chunks {
         // A chunk of more than one token is a prompt's forward: llama.cpp's prompt order
         // (as `dspark generate` runs its prefill).
         let chunk = &tokens[at..at + c];

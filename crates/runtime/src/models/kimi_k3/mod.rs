@@ -738,6 +738,7 @@ impl KimiK3Session {
         which: Logits,
         keep: bool,
     ) -> Result<Forward> {
+        crate::trace::begin_forward();
         let model = Arc::clone(&self.model);
         let (hp, bytes) = (&model.hparams, model.bytes());
         let (n, e, eps) = (tokens.len(), hp.hidden, hp.eps);

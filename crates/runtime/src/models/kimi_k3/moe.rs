@@ -156,7 +156,8 @@ impl Routing {
             crate::nn::ops::softmax(&mut w);
         }
         if self.norm {
-            let sum: f32 = w.iter().sum();
+            // ggml's SUM_ROWS adds in f64, then rounds.
+            let sum = w.iter().map(|&x| f64::from(x)).sum::<f64>() as f32;
             let sum = sum.max(MIN_WEIGHT_SUM);
             for x in &mut w {
                 *x /= sum;
@@ -331,5 +332,49 @@ impl Moe {
         let per_expert = self.experts.first().map_or(0, SituFfn::bytes);
         self.bytes() - self.experts.iter().map(SituFfn::bytes).sum::<u64>()
             + per_expert * used as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The selected weights are normalised by their sum as ggml's SUM_ROWS makes it (added
+    /// in f64, then rounded), not by an f32 running sum: on a token where the two sums
+    /// differ, the weights are `w / f64-sum` to the bit.
+    #[test]
+    fn weights_are_normalised_by_ggml_s_f64_sum() {
+        let routing = Routing {
+            gating: Gating::Sigmoid,
+            used: 8,
+            groups: 1,
+            groups_used: 1,
+            norm: true,
+            scale: 2.5,
+            eps: 1e-6,
+        };
+        let bias = vec![0.0f32; 16];
+        let mut seed = 1u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
+        };
+        let mut found = 0;
+        for _ in 0..10_000 {
+            let logits: Vec<f32> = (0..16).map(|_| next()).collect();
+            let (chosen, w) = routing.route(&logits, &bias);
+            let raw: Vec<f32> = chosen.iter().map(|&e| sigmoid(logits[e])).collect();
+            let f32_sum: f32 = raw.iter().sum();
+            let f64_sum = raw.iter().map(|&x| f64::from(x)).sum::<f64>() as f32;
+            let want: Vec<u32> = raw.iter().map(|&x| (x / f64_sum * 2.5).to_bits()).collect();
+            assert_eq!(w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+            found += usize::from(f32_sum != f64_sum);
+        }
+        assert!(
+            found > 0,
+            "no token where the two sums differ: the test shows nothing"
+        );
     }
 }
