@@ -138,9 +138,11 @@ fn ggml_step_sum(a: &[f32], b: &[f32]) -> (f32, usize) {
 }
 
 /// The dot product of two F16-valued vectors as ggml's `ggml_vec_dot_f16` computes it on
-/// AVX-512 (what its flash attention scores a key with): the whole steps of
-/// [`ggml_step_sum`], then the leftover values' products added in f64; the result rounded
-/// to f32.
+/// AVX-512 (what its flash attention scores a key with): whole steps of
+/// [`F16_DOT_STEP`] values fused into four 16-lane accumulators (accumulator `j` takes
+/// values `16j..16j + 16` of each step), added pairwise (`0 + 2`, `1 + 3`, then the two),
+/// the lanes reduced by [`crate::lanes::hsum16`]; then the leftover values' products added
+/// in f64; the result rounded to f32.
 ///
 /// # Panics
 /// If the lengths differ.
@@ -154,7 +156,7 @@ pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The dot product of two f32 vectors as ggml's `ggml_vec_dot_f32` computes it on AVX-512
-/// (the KDA recurrence's dots, `GATED_DELTA_NET`): the whole steps of [`ggml_step_sum`],
+/// (the KDA recurrence's dots, `GATED_DELTA_NET`): the whole steps of [`dot_f16_ref`],
 /// then each leftover product rounded and added to the f32 sum in order (unfused: checked
 /// against llama.cpp's `GATED_DELTA_NET` with heads of 32, all leftovers).
 ///

@@ -40,6 +40,13 @@ pub fn begin_forward() {
     }
 }
 
+/// [`put`] with the name made only when this forward is traced (no formatting otherwise).
+pub fn put_named(name: impl FnOnce() -> String, values: &[f32]) {
+    if on() {
+        put(&name(), values);
+    }
+}
+
 /// Writes `values` under `name` when tracing is on (a failed write is reported on stderr,
 /// never an error of the forward).
 pub fn put(name: &str, values: &[f32]) {

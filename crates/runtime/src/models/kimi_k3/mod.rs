@@ -815,9 +815,9 @@ impl KimiK3Session {
             if li > 0 {
                 take(li - 1, a_in, &mut captured);
             }
-            crate::trace::put(&format!("l{li}_a_in"), a_in);
+            crate::trace::put_named(|| format!("l{li}_a_in"), a_in);
             norm_rows(a_in, &layer.attn_norm, eps, &mut normed);
-            crate::trace::put(&format!("l{li}_attn_norm"), &normed);
+            crate::trace::put_named(|| format!("l{li}_attn_norm"), &normed);
             let banked = res > 0 && li % res == 0;
             match &layer.mixer {
                 Mixer::Kda(w) => {
@@ -863,21 +863,21 @@ impl KimiK3Session {
                 }
                 None => &p,
             };
-            crate::trace::put(&format!("l{li}_p_after_attn"), &p);
-            crate::trace::put(&format!("l{li}_f_in"), f_in);
+            crate::trace::put_named(|| format!("l{li}_p_after_attn"), &p);
+            crate::trace::put_named(|| format!("l{li}_f_in"), f_in);
             norm_rows(f_in, &layer.ffn_norm, eps, &mut normed);
-            crate::trace::put(&format!("l{li}_ffn_norm"), &normed);
+            crate::trace::put_named(|| format!("l{li}_ffn_norm"), &normed);
             match &layer.ffn {
                 Ffn::Dense(f) => f.forward(bytes, model.situ, &normed, &mut y),
                 Ffn::Moe(m) => {
                     m.forward(&*model.bytes, &model.routing, model.situ, &normed, &mut y)?
                 }
             }
-            crate::trace::put(&format!("l{li}_ffn_out"), &y);
+            crate::trace::put_named(|| format!("l{li}_ffn_out"), &y);
             for (a, b) in p.iter_mut().zip(&y) {
                 *a += b;
             }
-            crate::trace::put(&format!("l{li}_l_out"), &p);
+            crate::trace::put_named(|| format!("l{li}_l_out"), &p);
         }
         let o: &[f32] = match &model.output_res {
             Some(w) => {
