@@ -30,7 +30,7 @@ use crate::{usage, Outcome, CANCEL};
 const MAX_PROMPT_BYTES: u64 = 64 << 20;
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt_tokens", "prompt", "prompt_file"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt_tokens", "prompt", "prompt_file", "messages"])))]
 pub struct GenerateArgs {
     /// Target model: a llama.cpp GGUF of an architecture dspark runs (`dspark inspect` says which).
     #[arg(short = 'm', long, visible_alias = "model")]
@@ -41,12 +41,33 @@ pub struct GenerateArgs {
     /// Prompt as comma-separated token ids.
     #[arg(long, value_delimiter = ',')]
     pub prompt_tokens: Vec<u32>,
-    /// Prompt as text (encoded with the tokenizer; no special tokens are added).
+    /// Prompt as text (encoded with the tokenizer; no special tokens are added, except with
+    /// --chat, which tokenizes the rendering as llama-server does).
     #[arg(short = 'p', long)]
     pub prompt: Option<String>,
     /// Prompt as the text of a file (`-` reads stdin).
     #[arg(short = 'f', long, visible_alias = "file")]
     pub prompt_file: Option<PathBuf>,
+    /// Render the prompt as a conversation with the target's chat template
+    /// (`tokenizer.chat_template`, or --chat-template-file): -p / -f text becomes the user
+    /// message (after --system), and the rendering ends with the assistant's opening.
+    #[arg(long)]
+    pub chat: bool,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// A conversation to render with the chat template (implies --chat): a JSON array of
+    /// OpenAI-style messages (`{"role": ..., "content": ...}`), or an object holding one
+    /// under `messages`.
+    #[arg(long)]
+    pub messages: Option<PathBuf>,
+    /// A Jinja chat template to use instead of the target's own.
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
+    /// The date a chat template sees (`date_string`, `strftime_now`), as YYYY-MM-DD
+    /// (default: today, as llama-server renders): for a reproducible rendering.
+    #[arg(long, value_parser = parse_date)]
+    pub chat_date: Option<chrono::NaiveDate>,
     /// A Hugging Face tokenizer.json (default: the target GGUF's own tokenizer.ggml keys).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -103,7 +124,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub force: bool,
     /// Print one JSON object to stdout: `tokens`, `prompt_tokens`, `text` (with a
-    /// tokenizer) and `stats` (see `dspark_runtime::generate::Stats`).
+    /// tokenizer), `chat_prompt` (the rendered conversation, with --chat) and `stats` (see
+    /// `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
 }
@@ -127,6 +149,11 @@ pub(crate) fn parse_rollback(s: &str) -> Result<RollbackChoice, String> {
         "replay" => Ok(RollbackChoice(Some(Rollback::Replay))),
         _ => Err(format!("`{s}`: expected auto, snapshots or replay")),
     }
+}
+
+fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|e| format!("`{s}`: not a YYYY-MM-DD date ({e})"))
 }
 
 fn parse_schedule(s: &str) -> Result<Schedule, String> {
@@ -279,12 +306,115 @@ fn prompt_text(a: &GenerateArgs) -> Result<Option<String>, Option<anyhow::Error>
     })
 }
 
+/// The conversation of `--chat` / `--messages` rendered with the chat template: the
+/// messages file, else `--system` and the user's `text`; the template file, else the
+/// target's own; the vocabulary's BOS / EOS texts as `bos_token` / `eos_token`.
+fn render_chat(
+    a: &GenerateArgs,
+    target: &dspark_runtime::OpenedTarget,
+    text: Option<&str>,
+) -> Result<String> {
+    let messages = match &a.messages {
+        Some(path) => {
+            let bytes = dspark_runtime::tokenizer::read_capped(path, MAX_PROMPT_BYTES + 1)
+                .map_err(anyhow::Error::new)?;
+            if bytes.len() as u64 > MAX_PROMPT_BYTES {
+                usage!(
+                    "{}: a messages file holds at most {} MiB",
+                    path.display(),
+                    MAX_PROMPT_BYTES >> 20
+                );
+            }
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not JSON", path.display()))?;
+            match v {
+                serde_json::Value::Object(mut o) if o.contains_key("messages") => {
+                    o.remove("messages").expect("checked above")
+                }
+                other => other,
+            }
+        }
+        None => {
+            let Some(user) = text else {
+                usage!("--chat needs the user message as -p or -f, or a --messages file");
+            };
+            let mut m = Vec::new();
+            if let Some(sys) = &a.system {
+                m.push(json!({"role": "system", "content": sys}));
+            }
+            m.push(json!({"role": "user", "content": user}));
+            serde_json::Value::Array(m)
+        }
+    };
+    let source = match &a.chat_template_file {
+        Some(path) => {
+            let bytes = dspark_runtime::tokenizer::read_capped(
+                path,
+                dspark_runtime::chat::MAX_TEMPLATE_BYTES as u64 + 1,
+            )
+            .map_err(anyhow::Error::new)?;
+            String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!("{}: the chat template is not UTF-8 text", path.display())
+            })?
+        }
+        None => match &target.chat_template {
+            Some(t) => t.clone(),
+            None => usage!(
+                "{} carries no chat template (tokenizer.chat_template): give --chat-template-file",
+                a.target.display()
+            ),
+        },
+    };
+    let name = a
+        .chat_template_file
+        .as_deref()
+        .unwrap_or(&a.target)
+        .display()
+        .to_string();
+    let template = dspark_runtime::chat::ChatTemplate::new(&source)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let special = target.model.special_tokens();
+    let token_text = |id: Option<u32>| {
+        id.and_then(|i| target.tokenizer.as_ref().and_then(|t| t.token_text(i)))
+            .unwrap_or_default()
+    };
+    // As llama-server's `/apply-template` renders: its context variables, its message
+    // adjustments, and the BOS text taken off the front when the vocabulary adds BOS
+    // itself (the prompt's tokens then start with it once).
+    let bos = token_text(special.bos);
+    let options = dspark_runtime::chat::ChatOptions::llama_server(
+        bos.clone(),
+        token_text(special.eos),
+        a.chat_date.map(|d| d.and_time(chrono::NaiveTime::MIN)),
+    );
+    let messages = template
+        .llama_server_messages(&messages)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let text = template
+        .render(&messages, &options)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let adds_bos = target.tokenizer.as_ref().is_some_and(|t| t.adds_bos());
+    Ok(match text.strip_prefix(bos.as_str()) {
+        Some(rest) if adds_bos && !bos.is_empty() => rest.to_string(),
+        _ => text,
+    })
+}
+
 pub fn run(a: GenerateArgs) -> Result<Outcome> {
     // 1. Outputs against inputs, before anything is read.
     let mut inputs: Vec<&Path> = vec![&a.target];
     inputs.extend(a.draft.as_deref());
     inputs.extend(a.tokenizer.as_deref());
     inputs.extend(a.prompt_file.as_deref().filter(|p| *p != Path::new("-")));
+    inputs.extend(a.messages.as_deref());
+    inputs.extend(a.chat_template_file.as_deref());
+    let chat = a.chat || a.messages.is_some();
+    if (a.chat_template_file.is_some() || a.chat_date.is_some()) && !chat {
+        usage!("--chat-template-file and --chat-date render a conversation: they need --chat or --messages");
+    }
+    if chat && !a.prompt_tokens.is_empty() {
+        usage!("--chat renders text: give the user message with -p or -f (or --messages), not --prompt-tokens");
+    }
     if a.draft_max.is_some() && a.draft.is_none() {
         usage!("--draft-max limits the drafts a speculative round verifies: it needs --draft");
     }
@@ -308,6 +438,12 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             return Ok(Outcome::Interrupted);
         }
     };
+    let chat_prompt = if chat {
+        Some(render_chat(&a, &target, text.as_deref())?)
+    } else {
+        None
+    };
+    let text = chat_prompt.clone().or(text);
     let tokenizer = match (&target.tokenizer, &target.tokenizer_problem, &text) {
         (Some(t), _, _) => Some(t.clone()),
         (None, Some(problem), Some(_)) => {
@@ -325,7 +461,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         }
     };
     let prompt = match (text.clone(), tokenizer.clone()) {
-        (Some(t), Some(tok)) => match interruptible(move || tok.encode(&t)) {
+        // A rendered conversation is tokenized as llama-server tokenizes it: with the
+        // vocabulary's BOS/EOS rule (the BOS text was taken off the rendering for it).
+        (Some(t), Some(tok)) => match interruptible(move || tok.encode_with(&t, chat, true)) {
             Some(ids) => ids.map_err(anyhow::Error::new)?,
             None => {
                 crate::diag!("dspark: interrupted before generation started");
@@ -470,6 +608,9 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         });
         if let Some(t) = &tokenizer {
             doc["text"] = json!(t.decode(&outcome.tokens).map_err(anyhow::Error::new)?);
+        }
+        if let Some(c) = &chat_prompt {
+            doc["chat_prompt"] = json!(c);
         }
         let mut out = std::io::stdout().lock();
         writeln!(out, "{doc}")?;

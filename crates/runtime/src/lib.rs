@@ -39,6 +39,7 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+pub mod chat;
 pub mod error;
 pub mod eval;
 pub mod generate;

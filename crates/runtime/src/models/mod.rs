@@ -38,6 +38,8 @@ pub struct OpenedTarget {
     /// Why the file's own tokenizer could not be rebuilt, when none was given and it could
     /// not (a text prompt then needs another tokenizer).
     pub tokenizer_problem: Option<RuntimeError>,
+    /// The file's chat template (`tokenizer.chat_template`), when it carries one.
+    pub chat_template: Option<String>,
 }
 
 /// Parses `bytes`, checks them against their architecture's contract with this build's
@@ -64,10 +66,29 @@ pub fn open_target(bytes: ModelBytes, given: Option<Tokenizer>) -> Result<Opened
             Some(Err(e)) => (None, Some(e)),
         },
     };
+    let chat_template = match file.get("tokenizer.chat_template") {
+        None => None,
+        Some(v) => match v.as_str() {
+            Some(s) if s.len() <= crate::chat::MAX_TEMPLATE_BYTES => Some(s.to_string()),
+            Some(s) => {
+                return Err(RuntimeError::Request(format!(
+                    "key `tokenizer.chat_template`: {} bytes, at most {} are accepted",
+                    s.len(),
+                    crate::chat::MAX_TEMPLATE_BYTES
+                )))
+            }
+            None => {
+                return Err(RuntimeError::Request(
+                    "key `tokenizer.chat_template`: not a string".into(),
+                ))
+            }
+        },
+    };
     let model = load_target(bytes.clone(), &checked)?;
     Ok(OpenedTarget {
         model,
         tokenizer: tokenizer.map(Arc::new),
         tokenizer_problem,
+        chat_template,
     })
 }
