@@ -37,9 +37,17 @@ pub struct EvalArgs {
     /// Drafter: a dflash-draft or llama.cpp dflash GGUF.
     #[arg(long, visible_alias = "model-draft")]
     pub draft: PathBuf,
-    /// JSON lines, one object with a `prompt` string each.
+    /// JSON lines, one object each: a `prompt` string (used as it is), or a `messages`
+    /// conversation (OpenAI-style messages, rendered with the target's chat template as
+    /// `generate --chat` renders it).
     #[arg(long)]
     pub prompts: PathBuf,
+    /// A Jinja chat template for `messages` lines instead of the target's own.
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
+    /// The date a chat template sees, YYYY-MM-DD (default: today).
+    #[arg(long, value_parser = crate::generate_cmd::parse_date)]
+    pub chat_date: Option<chrono::NaiveDate>,
     /// Tokens to generate per prompt.
     #[arg(short = 'n', long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub max_tokens: u64,
@@ -93,8 +101,17 @@ impl Observer for Plain {
     }
 }
 
-/// The prompts of `path`: each non-blank line a JSON object with a string `prompt`.
-fn read_prompts(path: &Path) -> Result<Vec<String>> {
+/// One prompt of an eval file.
+enum Prompt {
+    /// Text, encoded as it is.
+    Text(String),
+    /// A conversation, rendered with the chat template.
+    Messages(serde_json::Value),
+}
+
+/// The prompts of `path`: each non-blank line a JSON object with a string `prompt` or a
+/// `messages` array.
+fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
     let bytes = dspark_runtime::tokenizer::read_capped(path, MAX_PROMPTS_BYTES + 1)
         .map_err(anyhow::Error::new)?;
     if bytes.len() as u64 > MAX_PROMPTS_BYTES {
@@ -118,10 +135,18 @@ fn read_prompts(path: &Path) -> Result<Vec<String>> {
         }
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}: line {}: not JSON", path.display(), i + 1))?;
-        match v.get("prompt").and_then(|p| p.as_str()) {
-            Some(p) if !p.is_empty() => prompts.push(p.to_string()),
+        match (v.get("prompt"), v.get("messages")) {
+            (Some(serde_json::Value::String(p)), None) if !p.is_empty() => {
+                prompts.push(Prompt::Text(p.clone()))
+            }
+            (None, Some(m)) => {
+                dspark_runtime::chat::check_messages(m).map_err(|e| {
+                    anyhow::anyhow!("{}: line {}: {e}", path.display(), i + 1)
+                })?;
+                prompts.push(Prompt::Messages(m.clone()))
+            }
             _ => anyhow::bail!(
-                "{}: line {}: expected an object with a non-empty string `prompt`",
+                "{}: line {}: expected an object with a non-empty string `prompt` or a `messages` array",
                 path.display(),
                 i + 1
             ),
@@ -146,6 +171,16 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
             ),
         }
     };
+    let renderer = if prompts.iter().any(|p| matches!(p, Prompt::Messages(_))) {
+        Some(crate::chat::Renderer::for_target(
+            &target,
+            &a.target,
+            a.chat_template_file.as_deref(),
+            a.chat_date,
+        )?)
+    } else {
+        None
+    };
     let model = &target.model;
     let drafter = load_drafter(&a.draft, &model.shape(), &a.target.display().to_string())?;
     if a.no_markov && !drafter.has_markov() {
@@ -169,8 +204,14 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
     let mut identical = 0usize;
     let mut per_prompt = Vec::new();
     let started = Instant::now();
-    for (i, text) in prompts.iter().enumerate() {
-        let prompt = tokenizer.encode(text).map_err(anyhow::Error::new)?;
+    for (i, p) in prompts.iter().enumerate() {
+        let prompt = match (p, &renderer) {
+            (Prompt::Text(text), _) => tokenizer.encode(text),
+            // A conversation is tokenized as llama-server tokenizes its rendering.
+            (Prompt::Messages(m), Some(r)) => tokenizer.encode_with(&r.render(m)?, true, true),
+            (Prompt::Messages(_), None) => unreachable!("a renderer is made for messages"),
+        }
+        .map_err(anyhow::Error::new)?;
         if prompt.is_empty() {
             usage!(
                 "{}: prompt {} encodes to no tokens",

@@ -151,7 +151,7 @@ pub(crate) fn parse_rollback(s: &str) -> Result<RollbackChoice, String> {
     }
 }
 
-fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
+pub(crate) fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
     chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
         .map_err(|e| format!("`{s}`: not a YYYY-MM-DD date ({e})"))
 }
@@ -346,58 +346,13 @@ fn render_chat(
             serde_json::Value::Array(m)
         }
     };
-    let source = match &a.chat_template_file {
-        Some(path) => {
-            let bytes = dspark_runtime::tokenizer::read_capped(
-                path,
-                dspark_runtime::chat::MAX_TEMPLATE_BYTES as u64 + 1,
-            )
-            .map_err(anyhow::Error::new)?;
-            String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!("{}: the chat template is not UTF-8 text", path.display())
-            })?
-        }
-        None => match &target.chat_template {
-            Some(t) => t.clone(),
-            None => usage!(
-                "{} carries no chat template (tokenizer.chat_template): give --chat-template-file",
-                a.target.display()
-            ),
-        },
-    };
-    let name = a
-        .chat_template_file
-        .as_deref()
-        .unwrap_or(&a.target)
-        .display()
-        .to_string();
-    let template = dspark_runtime::chat::ChatTemplate::new(&source)
-        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    let special = target.model.special_tokens();
-    let token_text = |id: Option<u32>| {
-        id.and_then(|i| target.tokenizer.as_ref().and_then(|t| t.token_text(i)))
-            .unwrap_or_default()
-    };
-    // As llama-server's `/apply-template` renders: its context variables, its message
-    // adjustments, and the BOS text taken off the front when the vocabulary adds BOS
-    // itself (the prompt's tokens then start with it once).
-    let bos = token_text(special.bos);
-    let options = dspark_runtime::chat::ChatOptions::llama_server(
-        bos.clone(),
-        token_text(special.eos),
-        a.chat_date.map(|d| d.and_time(chrono::NaiveTime::MIN)),
-    );
-    let messages = template
-        .llama_server_messages(&messages)
-        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    let text = template
-        .render(&messages, &options)
-        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    let adds_bos = target.tokenizer.as_ref().is_some_and(|t| t.adds_bos());
-    Ok(match text.strip_prefix(bos.as_str()) {
-        Some(rest) if adds_bos && !bos.is_empty() => rest.to_string(),
-        _ => text,
-    })
+    crate::chat::Renderer::for_target(
+        target,
+        &a.target,
+        a.chat_template_file.as_deref(),
+        a.chat_date,
+    )?
+    .render(&messages)
 }
 
 pub fn run(a: GenerateArgs) -> Result<Outcome> {

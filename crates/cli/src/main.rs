@@ -8,6 +8,7 @@
 //! exits 0.
 
 mod bench_cmd;
+mod chat;
 mod convert_cmd;
 mod eval_cmd;
 mod generate_cmd;

@@ -20,6 +20,11 @@ use crate::error::{Result, RuntimeError};
 /// Largest template accepted (bytes): real templates are a few KB to ~30 KB.
 pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 
+/// Jinja instructions a rendering may execute (minijinja's fuel): real templates take a
+/// few hundred per message; a template that loops without end stops here with an error
+/// (about a second of work) instead of hanging.
+pub const MAX_TEMPLATE_STEPS: u64 = 20_000_000;
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -81,6 +86,7 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
+        env.set_fuel(Some(MAX_TEMPLATE_STEPS));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         // jinja2's `length` of an undefined value is 0 (templates test `tools|length`).
@@ -391,10 +397,9 @@ fn python_key(k: &Value) -> String {
 /// (shortest round trip, at least one fractional digit, exponents from 1e16 and below
 /// 1e-4 as `1e+16` / `1e-05`), non-finite as `NaN` / `Infinity`.
 fn python_number(v: &Value) -> String {
-    if let Ok(i) = i64::try_from(v.clone()) {
-        if v.as_i64().is_some() {
-            return i.to_string();
-        }
+    if v.is_integer() {
+        // An integer (possibly beyond i64: u64 and i128 print as they are).
+        return v.to_string();
     }
     let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
     if f.is_nan() {
@@ -447,4 +452,74 @@ fn quote(s: &str, ascii: bool, out: &mut String) {
         }
     }
     out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> ChatOptions {
+        ChatOptions {
+            add_generation_prompt: true,
+            bos_token: "<s>".into(),
+            eos_token: "</s>".into(),
+            now: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// Hostile templates and conversations end in errors that say what went wrong: a
+    /// syntax error with its line, `raise_exception`'s message, a template that would loop
+    /// for ever (out of fuel), and messages that are not a conversation.
+    #[test]
+    fn bad_templates_and_messages_are_refused() {
+        let m = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let e = ChatTemplate::new("{% if %}").err().unwrap().to_string();
+        assert!(
+            e.contains("does not compile") && e.contains("line 1"),
+            "{e}"
+        );
+        let t = ChatTemplate::new("{{ raise_exception('only user turns') }}").unwrap();
+        let e = t.render(&m, &opts()).unwrap_err().to_string();
+        assert!(e.contains("only user turns"), "{e}");
+        let t = ChatTemplate::new(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        let e = t.render(&m, &opts()).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+        assert!(start.elapsed().as_secs() < 30);
+        let t = ChatTemplate::new("{{ messages[0].content }}").unwrap();
+        for bad in [
+            serde_json::json!({"role": "user"}),
+            serde_json::json!([1]),
+            serde_json::json!([{"content": "x"}]),
+            serde_json::json!([{"role": 3, "content": "x"}]),
+            serde_json::json!([{"role": "user", "content": 5}]),
+        ] {
+            assert!(t.render(&bad, &opts()).is_err(), "{bad}");
+        }
+        assert!(ChatTemplate::new(&"x".repeat(MAX_TEMPLATE_BYTES + 1)).is_err());
+    }
+
+    /// `tojson` writes what Python's `json.dumps` writes: separators, non-ASCII kept (or
+    /// escaped with `ensure_ascii`), float reprs, `indent`, `sort_keys`.
+    #[test]
+    fn tojson_is_python_s_json_dumps() {
+        let m = serde_json::json!([{"role": "user", "content": "hi", "x": {"b": 1.0, "a": [1, 2.5, 1e-5, 1e16, "é\"\n", null, true]}}]);
+        let render = |src: &str| ChatTemplate::new(src).unwrap().render(&m, &opts()).unwrap();
+        assert_eq!(
+            render("{{ messages[0].x|tojson }}"),
+            r#"{"b": 1.0, "a": [1, 2.5, 1e-05, 1e+16, "é\"\n", null, true]}"#
+        );
+        assert_eq!(
+            render("{{ messages[0].x|tojson(sort_keys=true, ensure_ascii=true) }}"),
+            r#"{"a": [1, 2.5, 1e-05, 1e+16, "\u00e9\"\n", null, true], "b": 1.0}"#
+        );
+        assert_eq!(
+            render("{{ messages[0].x.a[:2]|tojson(indent=2) }}"),
+            "[\n  1,\n  2.5\n]"
+        );
+    }
 }

@@ -103,3 +103,73 @@ fn eval_measures_speculation_over_a_prompt_set() {
     let o = table(&[]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `eval` reads `{"messages": [...]}` lines too, rendered with the chat template (here a
+/// template file: the synthetic target has none) as `generate --chat` renders them: the
+/// same figures as the rendered text given as `prompt` lines, tokenized alike; a malformed
+/// conversation names its line, and messages without a template are refused.
+#[test]
+fn eval_renders_conversations_with_the_chat_template() {
+    let tmp = Tmp::new();
+    let dir = tmp.path("pair");
+    qwen3_pair(&dir, 8);
+    let (target, draft) = (dir.join("target.gguf"), dir.join("draft.gguf"));
+    let tpl = tmp.path("t.jinja");
+    fs::write(
+        &tpl,
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+    )
+    .unwrap();
+    let chat = tmp.path("chat.jsonl");
+    fs::write(
+        &chat,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"def main():\"}]}\n{\"messages\": [{\"role\": \"system\", \"content\": \"py\"}, {\"role\": \"user\", \"content\": \"import os\"}]}\n",
+    )
+    .unwrap();
+    let plain = tmp.path("plain.jsonl");
+    fs::write(
+        &plain,
+        "{\"prompt\": \"user: def main():\\nassistant:\"}\n{\"prompt\": \"system: py\\nuser: import os\\nassistant:\"}\n",
+    )
+    .unwrap();
+    let run = |prompts: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--target",
+            s(&target),
+            "--draft",
+            s(&draft),
+            "--prompts",
+            s(prompts),
+            "--max-tokens",
+            "24",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        dspark(&args)
+    };
+    let o = run(&chat, &["--chat-template-file", s(&tpl)]);
+    assert_ok(&o);
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o = run(&plain, &[]);
+    assert_ok(&o);
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(c["prompts"], 2);
+    assert_eq!(c["identical_to_ar"], true);
+    for key in ["acceptance_histogram", "rounds", "mean_acceptance_length"] {
+        assert_eq!(c[key], p[key], "{key}");
+    }
+    let o = run(&chat, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("carries no chat template"));
+    fs::write(&chat, "{\"messages\": [{\"content\": \"x\"}]}\n").unwrap();
+    let o = run(&chat, &["--chat-template-file", s(&tpl)]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 1") && err.contains("no `role`"), "{err}");
+}
