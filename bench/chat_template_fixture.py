@@ -41,6 +41,8 @@ CONVERSATIONS = [
      {"role": "user", "content": "Hello — how are you? ☕"},
      {"role": "assistant", "content": "Très bien, merci !"},
      {"role": "user", "content": "And the weather?"}],
+    [{"role": "system", "content": [{"type": "text", "text": "Be terse."}]},
+     {"role": "user", "content": [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]}],
 ]
 
 

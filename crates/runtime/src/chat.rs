@@ -162,13 +162,62 @@ impl ChatTemplate {
             .is_ok_and(|text| text.contains("System message"))
     }
 
-    /// The conversation as llama-server hands it to this template: the `developer` role
+    /// Whether the template renders a string content, and whether it renders content
+    /// given as typed parts (`[{"type": "text", "text": ...}]`) — llama.cpp's capability
+    /// probes, approximated by rendering a marker each way and looking for it.
+    fn content_kinds(&self) -> (bool, bool) {
+        let probe = |content: serde_json::Value| {
+            let m = serde_json::json!([{"role": "user", "content": content}]);
+            let opts = ChatOptions {
+                add_generation_prompt: false,
+                bos_token: String::new(),
+                eos_token: String::new(),
+                now: None,
+                extra: serde_json::Map::new(),
+            };
+            // The marker alone: a template that prints a list of parts as it is (its
+            // `repr`, with the `type` keys) does not take parts.
+            self.render(&m, &opts).is_ok_and(|text| {
+                text.contains("CONTENT_MARKER")
+                    && !text.contains("'type'")
+                    && !text.contains("\"type\"")
+            })
+        };
+        (
+            probe("CONTENT_MARKER".into()),
+            probe(serde_json::json!([{"type": "text", "text": "CONTENT_MARKER"}])),
+        )
+    }
+
+    /// The conversation as llama-server hands it to this template: content in the form
+    /// the template takes (text parts joined with newlines for a template that renders
+    /// only strings, a string wrapped as one text part for one that renders only parts),
+    /// the `developer` role
     /// read as `system` (unless the template is gpt-oss's, which has its own), and where
     /// the template shows no system message, a leading one merged into the next message
     /// (`system + "\n" + next`) or dropped when alone.
     pub fn llama_server_messages(&self, messages: &serde_json::Value) -> Result<serde_json::Value> {
         check_messages(messages)?;
         let mut list = messages.as_array().cloned().unwrap_or_default();
+        let (strings, parts) = self.content_kinds();
+        for m in &mut list {
+            match &m["content"] {
+                serde_json::Value::Array(items) if strings && !parts => {
+                    let mut text = String::new();
+                    for part in items.iter().filter(|p| p["type"] == "text") {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(part["text"].as_str().unwrap_or_default());
+                    }
+                    m["content"] = text.into();
+                }
+                serde_json::Value::String(t) if parts && !strings => {
+                    m["content"] = serde_json::json!([{"type": "text", "text": t}]);
+                }
+                _ => {}
+            }
+        }
         let source = self
             .env
             .get_template("chat")

@@ -265,10 +265,11 @@ fn chat_renders_with_the_gguf_s_template() {
 
 /// `generate --chat` renders as llama-server's `/apply-template` does
 /// (`testdata/chat/apply-template.json`, made by `bench/chat_template_fixture.py` with
-/// llama-server on this model): 11 templates llama.cpp ships × 3 conversations (one turn,
-/// a system message, several turns with non-ASCII and quotes) — its context variables
-/// (`enable_thinking`, today's `date_string`), its message adjustments (Gemma's system
-/// message merged into the user's) and the model's BOS / EOS texts — byte for byte.
+/// llama-server on this model): 11 templates llama.cpp ships × 4 conversations (one turn,
+/// a system message, several turns with non-ASCII and quotes, content as typed parts) —
+/// its context variables (`enable_thinking`, today's `date_string`), its message
+/// adjustments (typed parts joined for string-only templates, Gemma's system message
+/// merged into the user's) and the model's BOS / EOS texts — byte for byte.
 #[test]
 fn chat_renders_as_llama_server_renders() {
     let model = smollm2();
