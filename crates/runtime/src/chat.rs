@@ -28,6 +28,22 @@ pub const MAX_TEMPLATE_STEPS: u64 = 20_000_000;
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// What the template shows, probed once on first need ([`ChatTemplate::caps`]).
+    caps: std::sync::OnceLock<Caps>,
+}
+
+/// What a template shows, as llama.cpp's capability probes find it (approximated by
+/// rendering markers and looking for them).
+#[derive(Clone, Copy, Debug)]
+struct Caps {
+    /// It renders a string content.
+    strings: bool,
+    /// It renders content given as typed parts (`[{"type": "text", "text": ...}]`).
+    parts: bool,
+    /// It shows a system message.
+    system: bool,
+    /// It is gpt-oss's (`<|channel|>`), which has a `developer` role of its own.
+    channels: bool,
 }
 
 /// What a rendering adds to the messages.
@@ -47,6 +63,17 @@ pub struct ChatOptions {
 }
 
 impl ChatOptions {
+    /// No generation prompt, no BOS / EOS texts, no extra variables, today's date.
+    pub fn bare() -> ChatOptions {
+        ChatOptions {
+            add_generation_prompt: false,
+            bos_token: String::new(),
+            eos_token: String::new(),
+            now: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+
     /// The variables llama-server's `/apply-template` and chat completions add: thinking
     /// enabled, and today's date as `date_string` (`%d %b %Y`) and `datetime`
     /// (`%b %d %Y`), from `now` (the local time when `None`).
@@ -110,7 +137,10 @@ impl ChatTemplate {
                     describe(&e)
                 ))
             })?;
-        Ok(ChatTemplate { env })
+        Ok(ChatTemplate {
+            env,
+            caps: std::sync::OnceLock::new(),
+        })
     }
 
     /// Renders `messages` (a JSON array of message objects) with `options`.
@@ -144,49 +174,49 @@ impl ChatTemplate {
 }
 
 impl ChatTemplate {
+    /// The template rendered on a probe conversation with no extra variables, when it
+    /// renders at all.
+    fn probe(&self, messages: serde_json::Value) -> Option<String> {
+        self.render(&messages, &ChatOptions::bare()).ok()
+    }
+
     /// Whether the template shows a system message (llama.cpp's capability probe: a
     /// system and a user message rendered, the system text looked for in the output).
     pub fn supports_system_role(&self) -> bool {
-        let probe = serde_json::json!([
-            {"role": "system", "content": "System message"},
-            {"role": "user", "content": "User message"},
-        ]);
-        let opts = ChatOptions {
-            add_generation_prompt: false,
-            bos_token: String::new(),
-            eos_token: String::new(),
-            now: None,
-            extra: serde_json::Map::new(),
-        };
-        self.render(&probe, &opts)
-            .is_ok_and(|text| text.contains("System message"))
+        self.caps().system
     }
 
-    /// Whether the template renders a string content, and whether it renders content
-    /// given as typed parts (`[{"type": "text", "text": ...}]`) — llama.cpp's capability
-    /// probes, approximated by rendering a marker each way and looking for it.
-    fn content_kinds(&self) -> (bool, bool) {
-        let probe = |content: serde_json::Value| {
-            let m = serde_json::json!([{"role": "user", "content": content}]);
-            let opts = ChatOptions {
-                add_generation_prompt: false,
-                bos_token: String::new(),
-                eos_token: String::new(),
-                now: None,
-                extra: serde_json::Map::new(),
+    /// The template's capabilities, probed on first use: a string content and one typed
+    /// text part each rendered with a marker (the marker alone must appear: a template
+    /// that prints a list of parts as it is, its `repr` with the `type` keys, does not
+    /// take parts), and a system message before a user's.
+    fn caps(&self) -> Caps {
+        *self.caps.get_or_init(|| {
+            let shows = |content: serde_json::Value| {
+                self.probe(serde_json::json!([{"role": "user", "content": content}]))
+                    .is_some_and(|text| {
+                        text.contains("CONTENT_MARKER")
+                            && !text.contains("'type'")
+                            && !text.contains("\"type\"")
+                    })
             };
-            // The marker alone: a template that prints a list of parts as it is (its
-            // `repr`, with the `type` keys) does not take parts.
-            self.render(&m, &opts).is_ok_and(|text| {
-                text.contains("CONTENT_MARKER")
-                    && !text.contains("'type'")
-                    && !text.contains("\"type\"")
-            })
-        };
-        (
-            probe("CONTENT_MARKER".into()),
-            probe(serde_json::json!([{"type": "text", "text": "CONTENT_MARKER"}])),
-        )
+            let source = self
+                .env
+                .get_template("chat")
+                .map(|t| t.source().to_string())
+                .unwrap_or_default();
+            Caps {
+                strings: shows("CONTENT_MARKER".into()),
+                parts: shows(serde_json::json!([{"type": "text", "text": "CONTENT_MARKER"}])),
+                system: self
+                    .probe(serde_json::json!([
+                        {"role": "system", "content": "System message"},
+                        {"role": "user", "content": "User message"},
+                    ]))
+                    .is_some_and(|text| text.contains("System message")),
+                channels: source.contains("<|channel|>"),
+            }
+        })
     }
 
     /// The conversation as llama-server hands it to this template: content in the form
@@ -199,7 +229,12 @@ impl ChatTemplate {
     pub fn llama_server_messages(&self, messages: &serde_json::Value) -> Result<serde_json::Value> {
         check_messages(messages)?;
         let mut list = messages.as_array().cloned().unwrap_or_default();
-        let (strings, parts) = self.content_kinds();
+        let Caps {
+            strings,
+            parts,
+            system,
+            channels,
+        } = self.caps();
         for m in &mut list {
             match &m["content"] {
                 serde_json::Value::Array(items) if strings && !parts => {
@@ -218,19 +253,14 @@ impl ChatTemplate {
                 _ => {}
             }
         }
-        let source = self
-            .env
-            .get_template("chat")
-            .map(|t| t.source().to_string())
-            .unwrap_or_default();
-        if !source.contains("<|channel|>") {
+        if !channels {
             for m in &mut list {
                 if m["role"] == "developer" {
                     m["role"] = "system".into();
                 }
             }
         }
-        if list.first().is_some_and(|m| m["role"] == "system") && !self.supports_system_role() {
+        if list.first().is_some_and(|m| m["role"] == "system") && !system {
             let first = list.remove(0);
             if let Some(next) = list.first_mut() {
                 let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
@@ -512,8 +542,7 @@ mod tests {
             add_generation_prompt: true,
             bos_token: "<s>".into(),
             eos_token: "</s>".into(),
-            now: None,
-            extra: serde_json::Map::new(),
+            ..ChatOptions::bare()
         }
     }
 
