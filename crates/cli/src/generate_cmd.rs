@@ -156,7 +156,7 @@ pub(crate) fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
         .map_err(|e| format!("`{s}`: not a YYYY-MM-DD date ({e})"))
 }
 
-fn parse_schedule(s: &str) -> Result<Schedule, String> {
+pub(crate) fn parse_schedule(s: &str) -> Result<Schedule, String> {
     Schedule::parse(s).ok_or_else(|| format!("`{s}` is not one of adaptive, fixed"))
 }
 
@@ -241,7 +241,9 @@ impl Observer for Printer<'_> {
 /// Runs `f` on its own thread and waits for it, unless Ctrl-C comes first (then `None`:
 /// the thread is left to the process's exit). For work that cannot poll the flag itself:
 /// reading a prompt from a pipe that may never close, tokenizing a large one.
-fn interruptible<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+pub(crate) fn interruptible<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());

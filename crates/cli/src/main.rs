@@ -9,6 +9,7 @@
 
 mod bench_cmd;
 mod chat;
+mod chat_cmd;
 mod convert_cmd;
 mod eval_cmd;
 mod generate_cmd;
@@ -53,6 +54,8 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Measure speculation over a prompt set: acceptance, calibration, speed.
     Eval(eval_cmd::EvalArgs),
+    /// Converse in the terminal with a target's chat template, speculatively with a drafter (the cache kept across turns).
+    Chat(chat_cmd::ChatArgs),
     /// Tokenize a text with a GGUF's own vocabulary, as llama.cpp's llama-tokenize does.
     Tokenize(tokenize_cmd::TokenizeArgs),
 }
@@ -277,6 +280,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
         Command::Tokenize(a) => tokenize_cmd::run(a),
+        Command::Chat(a) => chat_cmd::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -91,9 +91,14 @@ fn target_logits(position: usize) -> String {
 }
 
 /// What to generate.
+///
+/// The sessions a run is given may already hold the first positions of `prompt` (an
+/// earlier turn of the same conversation: after every run they hold its prompt and its
+/// output but the last token, exactly); the run evaluates only the rest. The caller
+/// vouches that the positions held are those tokens.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
-    /// The prompt (at least one token).
+    /// The prompt (at least one token beyond what the sessions hold).
     pub prompt: &'a [u32],
     /// Tokens to generate at most.
     pub max_tokens: usize,
@@ -274,8 +279,11 @@ pub struct Seconds {
 /// Counts and times of a run, as `generate --json` prints them (`stats`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Stats {
-    /// Prompt tokens.
+    /// Prompt tokens evaluated by this run (those the sessions already held excluded).
     pub prompt_tokens: usize,
+    /// Prompt tokens the sessions already held when the run started (a conversation's
+    /// earlier turns), not evaluated again.
+    pub prompt_cached: usize,
     /// Tokens generated.
     pub generated: usize,
     /// Draft–verify rounds (0 for plain decoding).
@@ -468,11 +476,19 @@ fn check_request(target: &dyn Target, req: &Request<'_>) -> Result<()> {
     // Plain decoding needs every position but the last token's; drafts beyond the room
     // left are not verified, so a session of that size serves speculation too.
     let need = req.positions(0);
-    if target.capacity() < need || !target.is_empty() {
+    if target.capacity() < need {
         return Err(RuntimeError::Request(format!(
-            "the target session holds {} positions ({} used); this request needs {need}",
+            "the target session holds {} positions; this request needs {need}",
             target.capacity(),
-            target.len()
+        )));
+    }
+    // A session that holds positions continues them: the prompt must go beyond them,
+    // and nothing tentative may be left.
+    if target.len() >= req.prompt.len() || target.committed() != target.len() {
+        return Err(RuntimeError::Request(format!(
+            "the target session holds {} positions ({} committed); a request continues it only with a longer prompt",
+            target.len(),
+            target.committed()
         )));
     }
     Ok(())
@@ -524,21 +540,23 @@ pub fn autoregressive(
     obs: &mut dyn Observer,
 ) -> Result<Outcome> {
     check_request(target, req)?;
-    let chunk = req.prompt.len().min(PREFILL_CHUNK);
+    let chunk = (req.prompt.len() - target.len()).min(PREFILL_CHUNK);
     check_step_memory(
         target.step_bytes(chunk, Logits::Last, 0),
         &format!("a {chunk}-token prefill step"),
     )?;
     let started = Instant::now();
+    let cached = target.len();
     let mut stats = Stats {
-        prompt_tokens: req.prompt.len(),
+        prompt_tokens: req.prompt.len() - cached,
+        prompt_cached: cached,
         ..Stats::default()
     };
     let mut chooser = Chooser::new(req.sampling)?;
     let mut out = Output::new(req);
     let prefilled = prefill(
         target,
-        req.prompt,
+        &req.prompt[cached..],
         &[],
         &mut stats,
         obs,
@@ -660,22 +678,26 @@ pub fn speculative_with(
 ) -> Result<Outcome> {
     let model = std::sync::Arc::clone(drafter.model());
     check_request(target, req)?;
-    if !drafter.is_empty() || drafter.capacity() < target.capacity() {
+    if drafter.len() != target.len() || drafter.capacity() < target.capacity() {
         return Err(RuntimeError::Request(format!(
-            "the drafter session holds {} positions ({} used); the target's holds {}",
+            "the drafter session holds {} positions ({} used); the target's holds {} ({} used)",
             drafter.capacity(),
             drafter.len(),
-            target.capacity()
+            target.capacity(),
+            target.len()
         )));
     }
     let started = Instant::now();
+    let cached = target.len();
+    let fresh = &req.prompt[cached..];
     let mut stats = Stats {
-        prompt_tokens: req.prompt.len(),
+        prompt_tokens: fresh.len(),
+        prompt_cached: cached,
         ..Stats::default()
     };
     let capture = model.hparams().target_layer_ids.clone();
     let width = capture.len() * target.shape().hidden;
-    let chunk = req.prompt.len().min(PREFILL_CHUNK);
+    let chunk = fresh.len().min(PREFILL_CHUNK);
     let block = model.hparams().block_size;
     let target_step = target
         .step_bytes(chunk, Logits::Last, capture.len())
@@ -695,12 +717,12 @@ pub fn speculative_with(
     let mut chunks = 0;
     let prefilled = prefill(
         target,
-        req.prompt,
+        fresh,
         &capture,
         &mut stats,
         obs,
         |features, width, seconds, stats| {
-            if chunks > 0 || req.prompt.len() <= PREFILL_CHUNK {
+            if chunks > 0 || fresh.len() <= PREFILL_CHUNK {
                 planner.record_prefill(width, seconds);
             }
             chunks += 1;
@@ -721,6 +743,7 @@ pub fn speculative_with(
     // batched), or when PENDING_BYTES have gathered.
     let mut pending: Vec<f32> = Vec::new();
     while out.going(obs) {
+        let step_start = Instant::now();
         let anchor = *out.tokens.last().expect("a token was generated");
         let committed = target.len();
         if !planner.draft_now() {
@@ -743,6 +766,7 @@ pub fn speculative_with(
                 plain: true,
                 committed: kept,
             });
+            planner.record_plain_wall(step_start.elapsed().as_secs_f64());
             continue;
         }
         // Plain steps' cost, not this round's: timed apart from the draft.
@@ -804,9 +828,16 @@ pub fn speculative_with(
                 every_p,
             )?,
         };
-        // Commit the anchor and m drafts; their features go to the drafter.
+        let mut new = draft.tokens[..m].to_vec();
+        new.push(last);
+        let kept = out.push(&new).to_vec();
+        // Commit the anchor and the kept tokens but the last (the next step's anchor):
+        // the m accepted drafts, or fewer when a stop rule cut the round, so that the
+        // sessions hold exactly the prompt and the output but its last token. Their
+        // features go to the drafter.
+        let keep = kept.len();
         let t = Instant::now();
-        target.rollback(committed + m + 1)?;
+        target.rollback(committed + keep)?;
         target.commit();
         let commit_s = t.elapsed().as_secs_f64();
         stats.seconds.replay += commit_s;
@@ -814,13 +845,10 @@ pub fn speculative_with(
             planner.record_rollback(mode, n, m, verify_s, commit_s);
         }
         let t = Instant::now();
-        drafter.add_context(&f.captured[..(m + 1) * width])?;
+        drafter.add_context(&f.captured[..keep * width])?;
         drafter_s += t.elapsed().as_secs_f64();
         stats.seconds.drafter += drafter_s;
         planner.record(n, m, &draft.confidences, drafter_s, verify_s);
-        let mut new = draft.tokens[..m].to_vec();
-        new.push(last);
-        let kept = out.push(&new).to_vec();
         obs.tokens(&kept);
         stats.rounds += 1;
         stats.drafts_verified += n;
@@ -844,7 +872,11 @@ pub fn speculative_with(
             rollback: recurrent.then_some(mode.name()),
             rollback_seconds: recurrent.then_some(commit_s),
         });
+        planner.record_round_wall(step_start.elapsed().as_secs_f64(), keep);
     }
+    // The drafter takes the last plain steps' features too: the sessions end holding the
+    // same positions, which a next turn of the conversation continues.
+    feed(drafter, &mut pending, &mut stats)?;
     Ok(out.finish(stats, started, prompt_done))
 }
 

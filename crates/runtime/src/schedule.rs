@@ -13,18 +13,25 @@
 //! drafter's confidence head) calibrated against the acceptance observed in the run: per
 //! depth, the confidences are scaled by observed / predicted acceptance, since the head is
 //! trained for sampling at T = 1, not greedy matching (§3.3). A drafter without the head
-//! uses the observed acceptance per depth alone. The costs are the run's own timings (an
-//! exponential average per verify width; linear between the widths measured and below
+//! uses the observed acceptance per depth alone. The costs are the run's own timings (the
+//! median of the last [`COST_WINDOW`] per verify width, and of the drafter's — the smaller
+//! of two while there are two — so one slow step on a busy machine cannot swing them; linear between the widths measured and below
 //! them, flat above them). A trimmed length is used only when its predicted rate beats
 //! verifying everything by [`MIN_GAIN`] (TensorRT-LLM's guard).
 //!
 //! Before drafting, a gate compares the best rate the history predicts with a plain decode
 //! step's, `1 / T_verify(1)`: when drafting does not pay by [`MIN_GAIN`], the step is a
 //! plain decode (its features still go to the drafter, in one batch before it next
-//! drafts), so a useless drafter costs almost nothing. The prefill's forwards seed the
-//! costs of their widths ([`Planner::record_prefill`]); the first step drafts (its length
-//! chosen from those seeds, or the whole block without them), the second is a plain step.
-//! While the gate stays shut, a probe round still drafts, verifying at least one draft,
+//! drafts), so a useless drafter costs almost nothing. The predictions are checked
+//! against what was realised: when the last [`REALISED_WINDOW`] rounds, timed whole
+//! (drafting, verifying, undoing, feeding the drafter, bookkeeping), committed fewer
+//! tokens per second than the last plain steps, timed whole, the gate shuts whatever the
+//! predictions say, until probe rounds bring the realised rate back. The prefill's forwards seed the
+//! costs of their widths ([`Planner::record_prefill`]); the warm-up alternates
+//! [`WARM_UP`] rounds verifying the whole block with plain steps (two timings of each,
+//! so that one slow one cannot shut the gate for long); while the gate is open a plain
+//! step still comes every [`PLAIN_EVERY`] steps, so the cost drafting is judged against
+//! stays current. While the gate stays shut, a probe round still drafts, verifying at least one draft,
 //! after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
 //! gate, and at least as many as keep the failed round's extra time within
 //! [`PROBE_BUDGET`] of plain decoding, up to [`MAX_PROBE`]; and every [`FULL_EVERY`]-th
@@ -93,8 +100,26 @@ pub const MEMORY: f64 = 0.95;
 /// The widest prefill forward that seeds a verify cost.
 pub const MAX_SEED_WIDTH: usize = 64;
 
-/// Weight of the newest timing in each cost's exponential average.
+/// Weight of the newest timing in the rollback costs' exponential averages.
 const SMOOTHING: f64 = 0.25;
+
+/// Timings a cost keeps: each cost is the median of its last this many (one slow step
+/// on a busy machine cannot swing it; a lasting change moves it within a few steps).
+pub const COST_WINDOW: usize = 9;
+
+/// While the gate is open, a plain step every this many steps, so that the cost of plain
+/// decoding, against which drafting is judged, is never an old timing (the mirror of
+/// the probes).
+pub const PLAIN_EVERY: u64 = 32;
+
+/// Rounds of the warm-up, each verifying the whole block and followed by a plain step.
+pub const WARM_UP: u64 = 2;
+
+/// Rounds (and plain steps) whose realised speed is compared: the last this many.
+pub const REALISED_WINDOW: usize = 16;
+
+/// Rounds the realised comparison needs before it can shut the gate.
+pub const REALISED_MIN_ROUNDS: usize = 8;
 
 /// The per-run state of a [`Schedule`]: acceptance and confidence sums per depth, and
 /// measured costs.
@@ -109,19 +134,30 @@ pub struct Planner {
     accepted: Vec<f64>,
     /// `predicted[j - 1]`: of those, the sum of draft j's confidences.
     predicted: Vec<f64>,
-    /// `verify[m - 1]`: seconds of a verify forward of m tokens, where measured.
+    /// `verify[m - 1]`: seconds of a verify forward of m tokens, where measured (the
+    /// median of `verify_samples[m - 1]`).
     verify: Vec<Option<f64>>,
+    verify_samples: Vec<Window>,
     /// `prefill[m - 1]`: the fastest prefill forward of m tokens (a seed of the verify
     /// costs before a verify of that width is measured; it may be wider than a block).
     prefill: Vec<Option<f64>>,
-    /// Seconds of the drafter per round (drafting and taking the committed features).
+    /// Seconds of the drafter per round (drafting and taking the committed features):
+    /// the median of `draft_samples`.
     draft: Option<f64>,
+    draft_samples: Window,
+    /// The last rounds' whole wall-clock seconds and tokens committed, and the last plain
+    /// steps' seconds, as they were realised (everything a round or a step costs, not
+    /// only its forwards): the check on the predictions ([`Planner::realised_losing`]).
+    realised_rounds: std::collections::VecDeque<(f64, usize)>,
+    realised_plain: Window,
     /// Steps so far: rounds and plain steps.
     steps: u64,
     /// Rounds so far.
     rounds: u64,
     /// The step of the last round.
     last_round: u64,
+    /// The step of the last plain step.
+    last_plain: u64,
     /// Plain steps after which the next probe drafts.
     probe_after: u64,
     /// Rounds in a row that left the gate shut.
@@ -169,11 +205,16 @@ impl Planner {
             accepted: vec![0.0; max],
             predicted: vec![0.0; max],
             verify: vec![None; max + 1],
+            verify_samples: vec![Window::default(); max + 1],
             prefill: Vec::new(),
             draft: None,
+            draft_samples: Window::default(),
+            realised_rounds: std::collections::VecDeque::with_capacity(REALISED_WINDOW),
+            realised_plain: Window::default(),
             steps: 0,
             rounds: 0,
             last_round: 0,
+            last_plain: 0,
             probe_after: PROBE,
             failures: 0,
             last_cost: (0.0, 0),
@@ -274,22 +315,14 @@ impl Planner {
         self.max
     }
 
-    /// True when some verify width's cost is known (measured, or seeded by the prefill).
-    fn costed(&self) -> bool {
-        self.verify.iter().chain(&self.prefill).any(Option::is_some)
-    }
-
     /// The plan of a drafting round whose length the history alone sets (the whole block):
-    /// a fixed schedule's, the first round's when no cost is known yet (it measures the
-    /// widest verify), every [`FULL_EVERY`]-th round's.
+    /// a fixed schedule's, the warm-up's [`WARM_UP`] rounds (they measure the widest
+    /// verify twice), every [`FULL_EVERY`]-th round's.
     fn forced_round(&self) -> Option<Choice> {
         let full = self.schedule == Schedule::Fixed
             || self.max == 0
-            || if self.rounds == 0 {
-                !self.costed()
-            } else {
-                self.rounds.is_multiple_of(FULL_EVERY)
-            };
+            || self.rounds < WARM_UP
+            || self.rounds.is_multiple_of(FULL_EVERY);
         full.then_some(Choice {
             planned: self.max,
             predicted_gain: 1.0,
@@ -303,28 +336,76 @@ impl Planner {
     }
 
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
-    /// plain step's by [`MIN_GAIN`].
+    /// plain step's by [`MIN_GAIN`], and the rounds as they were realised did not lose to
+    /// the plain steps as they were realised ([`Planner::realised_losing`]).
     fn gate_open(&self) -> bool {
         let history = self.survivals(&[]);
         let best = (1..=self.max)
             .map(|l| self.rate(&history, l))
             .fold(0.0, f64::max);
-        best >= (1.0 + MIN_GAIN) * self.plain_rate()
+        best >= (1.0 + MIN_GAIN) * self.plain_rate() && !self.realised_losing()
+    }
+
+    /// True when the last rounds, as realised (their mean tokens over their median whole
+    /// wall-clock time), committed fewer tokens per second than the last plain steps did
+    /// (one over their median time): the predictions (forward times, calibrated
+    /// acceptance) then missed a cost, and speculation stops until probes show it paying.
+    /// Times by their medians, so one round or step slowed by a neighbour decides nothing;
+    /// tokens by their mean, which is what a round yields. Needs [`REALISED_MIN_ROUNDS`]
+    /// rounds and as many plain steps timed.
+    pub fn realised_losing(&self) -> bool {
+        if self.realised_rounds.len() < REALISED_MIN_ROUNDS
+            || self.realised_plain.len() < REALISED_MIN_ROUNDS
+        {
+            return false;
+        }
+        let mut seconds = Window::default();
+        let mut tokens = 0;
+        for &(s, t) in &self.realised_rounds {
+            seconds.push(s, REALISED_WINDOW);
+            tokens += t;
+        }
+        let mean = tokens as f64 / self.realised_rounds.len() as f64;
+        match (seconds.median(), self.realised_plain.median()) {
+            (Some(round), Some(plain)) if round > 0.0 && plain > 0.0 => mean / round < 1.0 / plain,
+            _ => false,
+        }
+    }
+
+    /// Records a round's whole wall-clock seconds (drafting, verifying, undoing, the
+    /// drafter's context, the bookkeeping) and the tokens it committed.
+    pub fn record_round_wall(&mut self, seconds: f64, tokens: usize) {
+        if !seconds.is_finite() {
+            return;
+        }
+        if self.realised_rounds.len() == REALISED_WINDOW {
+            self.realised_rounds.pop_front();
+        }
+        self.realised_rounds.push_back((seconds, tokens));
+    }
+
+    /// Records a plain step's whole wall-clock seconds.
+    pub fn record_plain_wall(&mut self, seconds: f64) {
+        if seconds.is_finite() {
+            self.realised_plain.push(seconds, REALISED_WINDOW);
+        }
     }
 
     /// Whether to draft this step (false: a plain decode step), decided before drafting
-    /// from the history alone (the gate), or because a probe is due. The warm-up: the
-    /// first step drafts (measuring the drafter), the second is a plain step (measuring
-    /// one).
+    /// from the history alone (the gate), or because a probe is due. The warm-up:
+    /// [`WARM_UP`] rounds (measuring the drafter and the widest verify), each followed by
+    /// a plain step (measuring one).
     pub fn draft_now(&self) -> bool {
         if self.schedule == Schedule::Fixed || self.max == 0 {
             return self.max > 0;
         }
-        match self.steps {
-            0 => true,
-            1 => false,
-            _ => self.gate_open() || self.steps - self.last_round > self.probe_after,
+        if self.steps < 2 * WARM_UP {
+            return self.steps.is_multiple_of(2);
         }
+        if self.steps - self.last_plain > PLAIN_EVERY {
+            return false;
+        }
+        self.gate_open() || self.steps - self.last_round > self.probe_after
     }
 
     /// Drafts to verify this round (at most [`Planner::max`]), given the round's
@@ -412,12 +493,17 @@ impl Planner {
                 self.accepted[j - 1] += 1.0;
             }
         }
-        self.verify[verified] = average(self.verify[verified], verify_s);
-        self.draft = average(self.draft, drafter_s);
+        self.verify[verified] = self.verify_samples[verified].push(verify_s, COST_WINDOW);
+        self.draft = self.draft_samples.push(drafter_s, COST_WINDOW);
         self.last_round = self.steps;
         self.steps += 1;
         self.rounds += 1;
-        self.last_cost = (drafter_s + verify_s, accepted + 1);
+        // What such a round costs, by the estimates (not this round's own timings, which a
+        // neighbour may have slowed): the back-off prices the next probe with it.
+        self.last_cost = (
+            self.draft.unwrap_or(drafter_s) + self.verify_cost(verified + 1),
+            accepted + 1,
+        );
         self.failures = if self.gate_open() {
             0
         } else {
@@ -464,10 +550,11 @@ impl Planner {
 
     /// Records a plain decode step of `forward_s` seconds.
     pub fn record_plain(&mut self, forward_s: f64) {
-        self.verify[0] = average(self.verify[0], forward_s);
+        self.verify[0] = self.verify_samples[0].push(forward_s, COST_WINDOW);
+        self.last_plain = self.steps;
         self.steps += 1;
-        // The warm-up's plain step measured what the first round's back-off guessed.
-        if self.steps == 2 && self.rounds == 1 {
+        // The warm-up's plain steps measured what its rounds' back-off guessed.
+        if self.steps == 2 * WARM_UP && self.rounds == WARM_UP {
             self.failures = if self.gate_open() { 0 } else { 1 };
             self.back_off();
         }
@@ -559,6 +646,49 @@ fn expected(a: &[f64], l: usize) -> f64 {
     1.0 + a[..l.min(a.len())].iter().sum::<f64>()
 }
 
+/// The last few timings of one cost (a ring of at most the capacity its pushes give).
+#[derive(Clone, Debug, Default)]
+struct Window {
+    samples: std::collections::VecDeque<f64>,
+}
+
+impl Window {
+    /// Adds `x` (dropping the oldest beyond `cap`); returns the new estimate: the median,
+    /// or the smaller of two (a slow step only adds time: of two timings, the smaller is
+    /// the better guess).
+    fn push(&mut self, x: f64, cap: usize) -> Option<f64> {
+        if x.is_finite() {
+            while self.samples.len() >= cap.max(1) {
+                self.samples.pop_front();
+            }
+            self.samples.push_back(x);
+        }
+        match self.samples.len() {
+            2 => Some(self.samples[0].min(self.samples[1])),
+            _ => self.median(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// The median (the mean of the middle two for an even count).
+    fn median(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self.samples.iter().copied().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        Some(if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        })
+    }
+}
+
 /// An exponential average's next value.
 fn average(old: Option<f64>, new: f64) -> Option<f64> {
     Some(old.map_or(new, |o| o + SMOOTHING * (new - o)))
@@ -584,8 +714,9 @@ mod tests {
             reach *= c;
         }
         p.draft = Some(draft);
-        p.steps = 3;
-        p.rounds = 1;
+        p.rounds = WARM_UP + 1;
+        p.steps = 2 * WARM_UP + 1;
+        p.last_plain = p.steps - 1;
         p
     }
 
@@ -680,13 +811,20 @@ mod tests {
     #[test]
     fn warm_up_and_probes_measure_what_the_plan_would_not() {
         let mut p = Planner::new(Schedule::Adaptive, 8);
-        assert!(p.draft_now());
-        assert_eq!(p.choose(&[]).planned, 8, "no cost known: the whole block");
-        p.record(8, 0, &[], 1.0, 9.0);
-        assert!(!p.draft_now(), "then a plain step");
-        p.record_plain(1.0);
-        // Nothing is ever accepted. The warm-up round cost 9 plain steps more than what it
-        // committed: the first probe waits the longest (9 / 1 % = 900 steps, at most
+        // The warm-up: whole-block rounds, each followed by a plain step.
+        for _ in 0..WARM_UP {
+            assert!(p.draft_now());
+            assert_eq!(
+                p.choose(&[]).planned,
+                8,
+                "the warm-up verifies the whole block"
+            );
+            p.record(8, 0, &[], 1.0, 9.0);
+            assert!(!p.draft_now(), "then a plain step");
+            p.record_plain(1.0);
+        }
+        // Nothing is ever accepted. The warm-up rounds cost 9 plain steps more than what
+        // they committed: the first probe waits the longest (9 / 1 % = 900 steps, at most
         // MAX_PROBE). A failed probe that cost X more than plain steps would have waits
         // X / (1 % of a step) steps, or PROBE · 2^(k−1) after k failures when longer, up to
         // MAX_PROBE; every 16th round verifies the whole block.
@@ -708,19 +846,42 @@ mod tests {
             }
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
-        assert_eq!(probes[0], MAX_PROBE + 1, "{probes:?}");
+        assert_eq!(probes[0], 2 * WARM_UP + MAX_PROBE - 1, "{probes:?}");
         // A probe verifies one draft: its draft and the wider verify cost 2 steps more
         // than the token it commits, 200 steps of budget, until the doubling (16, 32, 64,
         // 128, 256) waits longer.
         assert_eq!(gaps[..5], [200, 200, 200, 200, 256], "{probes:?}");
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
-        // the gate opens at once.
+        // the gate opens at once...
         for _ in 0..40 {
             p.record(8, 8, &[], 0.1, 1.0);
+            p.record_round_wall(1.1, 9);
         }
-        assert!(p.gate_open() && p.draft_now());
+        assert!(p.gate_open());
         assert_eq!(p.probe_after, PROBE);
+        assert!(
+            !p.draft_now(),
+            "40 rounds since the last plain step: one is due"
+        );
+        p.record_plain(1.0);
+        assert!(p.draft_now());
+        // ...and a plain step still comes every PLAIN_EVERY steps, so that the cost it is
+        // judged against stays current.
+        let mut plain = Vec::new();
+        for _ in 0..100 {
+            if p.draft_now() {
+                p.record(8, 8, &[], 0.1, 1.0);
+            } else {
+                plain.push(p.steps);
+                p.record_plain(1.0);
+            }
+        }
+        assert!(!plain.is_empty());
+        assert!(
+            plain.windows(2).all(|w| w[1] - w[0] == PLAIN_EVERY + 1),
+            "{plain:?}"
+        );
     }
 
     #[test]
@@ -836,5 +997,116 @@ mod tests {
         };
         assert!(fixed.draft_now());
         assert_eq!(fixed.choose(&[0.0; 8]).planned, 8);
+    }
+
+    #[test]
+    fn one_slow_step_cannot_swing_a_cost() {
+        let mut p = Planner::new(Schedule::Adaptive, 8);
+        for _ in 0..6 {
+            p.record_plain(1.0);
+        }
+        p.record_plain(50.0); // a neighbour took the core for one step
+        assert_eq!(p.verify_cost(1), 1.0);
+        // A lasting change moves it within the window.
+        for _ in 0..COST_WINDOW / 2 + 1 {
+            p.record_plain(2.0);
+        }
+        assert_eq!(p.verify_cost(1), 2.0);
+    }
+
+    #[test]
+    fn realised_rounds_slower_than_plain_steps_shut_the_gate() {
+        // The forward times say drafting pays handsomely...
+        let mut p = planner(8, |_| 1.0, 0.9, 0.1);
+        assert!(p.gate_open());
+        for _ in 0..REALISED_MIN_ROUNDS {
+            p.record_plain_wall(1.0);
+        }
+        for _ in 0..REALISED_MIN_ROUNDS - 1 {
+            p.record_round_wall(10.0, 3);
+        }
+        assert!(p.gate_open(), "too few rounds to judge");
+        // ...but the rounds as realised commit 0.3 tokens/s against plain steps' 1.
+        p.record_round_wall(10.0, 3);
+        assert!(p.realised_losing() && !p.gate_open());
+        // Rounds that realise more than plain steps do reopen it.
+        for _ in 0..REALISED_WINDOW {
+            p.record_round_wall(1.0, 3);
+        }
+        assert!(!p.realised_losing() && p.gate_open());
+    }
+
+    /// A simulated run of `steps` steps on a machine where a plain step costs 1, a verify
+    /// of m tokens `verify(m)`, drafting `draft`, each further draft is accepted with
+    /// probability `c`, and one step in `spike` takes 8 times as long (a noisy neighbour);
+    /// the rounds' and steps' realised times are recorded as the runtime records them.
+    /// Returns tokens per unit of time.
+    fn simulate(
+        schedule: Schedule,
+        verify: impl Fn(usize) -> f64,
+        draft: f64,
+        c: f32,
+        spike: u32,
+        seed: u64,
+    ) -> f64 {
+        let mut u = unit(seed);
+        let noisy = |t: f64, u: &mut dyn FnMut() -> f32| {
+            if u() < 1.0 / spike as f32 {
+                8.0 * t
+            } else {
+                t
+            }
+        };
+        let mut p = Planner::new(schedule, 8);
+        let (mut time, mut tokens) = (0.0, 0usize);
+        while tokens < 2000 {
+            if p.draft_now() {
+                let choice = p.choose(&[]);
+                let l = choice.planned;
+                let m = (0..l).take_while(|_| u() < c).count();
+                let d = noisy(draft, &mut u);
+                let v = noisy(verify(l + 1), &mut u);
+                p.record(l, m, &[], d, v);
+                p.record_round_wall(d + v, m + 1);
+                time += d + v;
+                tokens += m + 1;
+            } else {
+                let t = noisy(1.0, &mut u);
+                p.record_plain(t);
+                p.record_plain_wall(t);
+                time += t;
+                tokens += 1;
+            }
+        }
+        eprintln!("rounds {} steps {} gate {} losing {} probe_after {} verify {:?} draft {:?} surv {:?} rr {:?}", p.rounds, p.steps, p.gate_open(), p.realised_losing(), p.probe_after, p.verify, p.draft, p.survivals(&[]), p.realised_rounds);
+        tokens as f64 / time
+    }
+
+    #[test]
+    fn on_a_noisy_machine_adaptive_keeps_up_with_the_better_of_plain_and_fixed() {
+        // (verify cost, drafter cost, acceptance): drafting that pays, drafting that
+        // never pays (a useless drafter), and a verify costing almost a step per token.
+        type World<'a> = (&'a dyn Fn(usize) -> f64, f64, f32);
+        let worlds: [World; 3] = [
+            (&|m| 1.0 + 0.05 * m as f64, 0.2, 0.8),
+            (&|m| 1.0 + 0.3 * m as f64, 0.5, 0.05),
+            (&|m| 0.9 * m as f64, 0.4, 0.7),
+        ];
+        for (w, &(verify, draft, c)) in worlds.iter().enumerate() {
+            // A plain step: 1, or 8 one time in 10.
+            let plain: f64 = 1.0 / (1.0 + 7.0 / 10.0);
+            let mut ratios: Vec<f64> = (0..7)
+                .map(|seed| {
+                    let fixed = simulate(Schedule::Fixed, verify, draft, c, 10, seed);
+                    let adaptive = simulate(Schedule::Adaptive, verify, draft, c, 10, seed);
+                    adaptive / plain.max(fixed)
+                })
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            assert!(
+                ratios[3] >= 0.95 && ratios[0] >= 0.9,
+                "world {w}: adaptive / the better of plain and fixed {ratios:?}"
+            );
+        }
     }
 }

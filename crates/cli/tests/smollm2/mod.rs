@@ -312,3 +312,191 @@ fn chat_renders_as_llama_server_renders() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A random drafter at SmolLM2's shape (`synth --geometry llama-smollm2`), as a GGUF: it
+/// drafts for the real target (acceptance aside, which these tests do not need).
+fn random_drafter(t: &Tmp) -> PathBuf {
+    let dir = t.path("synth");
+    assert_ok(&dspark(&[
+        "synth",
+        "--geometry",
+        "llama-smollm2",
+        "--out",
+        s(&dir),
+        "-q",
+    ]));
+    let gguf = t.path("draft.gguf");
+    assert_ok(&dspark(&["convert", s(&dir.join("draft")), "-o", s(&gguf)]));
+    gguf
+}
+
+/// Runs `dspark chat ARGS` on `input`; returns stdout and the `--json-stats` lines.
+fn chat(args: &[&str], input: &str) -> (String, Vec<serde_json::Value>) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .arg("chat")
+        .args(args)
+        .args(["--json-stats", "--chat-date", "2026-12-03", "-t", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_ok(&o);
+    let err = String::from_utf8(o.stderr).unwrap();
+    let turns = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (String::from_utf8(o.stdout).unwrap(), turns)
+}
+
+/// `generate --chat --json` of one user message: (prompt ids, output ids).
+fn generate_chat(model: &Path, message: &str, n: &str) -> (Vec<u32>, Vec<u32>) {
+    let o = dspark(&[
+        "generate",
+        "-m",
+        s(model),
+        "--chat",
+        "-p",
+        message,
+        "-n",
+        n,
+        "--json",
+        "-t",
+        "1",
+        "--chat-date",
+        "2026-12-03",
+    ]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (ids(&v["prompt_tokens"]), ids(&v["tokens"]))
+}
+
+#[test]
+fn chat_keeps_the_cache_across_turns_and_speculation_changes_nothing() {
+    let model = smollm2();
+    let t = Tmp::new();
+    let draft = random_drafter(&t);
+    let input = "What is the capital of France?\nAnd of Germany?\n/reset\nHi\\\nthere\n";
+    let m = s(&model);
+    let (plain_out, plain) = chat(&["-m", m, "-n", "24"], input);
+    assert_eq!(plain.len(), 3, "{plain:?}");
+    // Turn 0 is `generate --chat` of the same message, token for token.
+    let (p0, o0) = generate_chat(&model, "What is the capital of France?", "24");
+    assert_eq!(ids(&plain[0]["prompt_tokens"]), p0);
+    assert_eq!(ids(&plain[0]["tokens"]), o0);
+    assert_eq!(plain[0]["prompt_cached"], 0);
+    // Turn 1 continues turn 0's tokens exactly (its reply as generated, not re-tokenized)
+    // and evaluates only what follows them: the sessions held all but the last token.
+    let p1 = ids(&plain[1]["prompt_tokens"]);
+    let mut before = p0.clone();
+    before.extend(&o0);
+    assert!(p1.starts_with(&before), "{p1:?}");
+    assert!(p1.len() > before.len());
+    assert_eq!(plain[1]["prompt_cached"], before.len() - 1);
+    assert_eq!(
+        plain[1]["stats"]["prompt_tokens"].as_u64().unwrap() as usize,
+        p1.len() - (before.len() - 1)
+    );
+    // After /reset the conversation starts anew; a `\` line end joins the lines.
+    assert_eq!(plain[2]["prompt_cached"], 0);
+    let (p2, o2) = generate_chat(&model, "Hi\nthere", "24");
+    assert_eq!(ids(&plain[2]["prompt_tokens"]), p2);
+    assert_eq!(ids(&plain[2]["tokens"]), o2);
+    // Replies stream to stdout (without the end-of-turn token's text).
+    for turn in &plain {
+        assert!(plain_out.contains(turn["reply"].as_str().unwrap()));
+    }
+    assert!(!plain_out.contains("<|im_end|>"), "{plain_out}");
+    // With a drafter, fixed or adaptive, every turn's tokens are the same.
+    for schedule in ["fixed", "adaptive"] {
+        let (_, spec) = chat(
+            &[
+                "-m",
+                m,
+                "-md",
+                s(&draft),
+                "-n",
+                "24",
+                "--schedule",
+                schedule,
+            ],
+            input,
+        );
+        assert_eq!(spec.len(), 3);
+        for (a, b) in plain.iter().zip(&spec) {
+            assert_eq!(a["tokens"], b["tokens"], "{schedule}");
+            assert_eq!(a["prompt_tokens"], b["prompt_tokens"], "{schedule}");
+            assert_eq!(a["prompt_cached"], b["prompt_cached"], "{schedule}");
+        }
+        assert!(spec[0]["stats"]["rounds"].as_u64().unwrap() > 0 || schedule == "adaptive");
+    }
+}
+
+#[test]
+fn chat_ctrl_c_ends_the_reply_not_the_conversation() {
+    use std::io::{Read, Write};
+    let model = smollm2();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args([
+            "chat",
+            "-m",
+            s(&model),
+            "-n",
+            "100000",
+            "--ignore-eos",
+            "-c",
+            "1024",
+        ])
+        .args(["--json-stats", "-t", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin.write_all(b"Tell me a long story.\n").unwrap();
+    // The prompt marker, then reply bytes while it runs.
+    let mut first = [0u8; 40];
+    stdout.read_exact(&mut first).unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "it ended before streaming"
+    );
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    // The conversation goes on: a second message gets its reply.
+    stdin.write_all(b"Thanks!\n").unwrap();
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{:?}", o.status);
+    let err = String::from_utf8(o.stderr).unwrap();
+    let turns: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(turns.len(), 2, "{err}");
+    assert_eq!(turns[0]["stats"]["stop_reason"], "interrupted");
+    let n0 = turns[0]["tokens"].as_array().unwrap().len();
+    assert!(n0 > 0 && n0 < 900, "{n0}");
+    // The second turn continued the first's sessions, interrupted reply included, and
+    // ended on its own (the context: -n is beyond it).
+    assert!(turns[1]["prompt_cached"].as_u64().unwrap() as usize >= n0);
+    assert_eq!(turns[1]["stats"]["stop_reason"], "context");
+}
