@@ -33,5 +33,5 @@ stage synth;      timed python3 synth.py
 stage features;   timed $PY features.py
 stage heldout-features
 timed $PY features.py --convs "$SMOL_WORK/heldout_convs.jsonl" --out "$SMOL_WORK/features_heldout"
-stage drafter;    [ -f "$SMOL_WORK/draft_summary.json" ] || timed $PY train_drafter.py
+stage drafter;    [ -f "$SMOL_WORK/draft_summary.json" ] || timed $PY train_drafter.py  # resumes from $SMOL_WORK/draft/ckpt.pt
 stage export;     timed $PY export.py

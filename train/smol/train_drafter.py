@@ -132,6 +132,7 @@ def run_metrics(model, data, rows_list, args):
 
 
 def main():
+    global LOG
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-tokens", type=int, default=2400)
@@ -144,7 +145,12 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--ce-alpha", type=float, default=0.1, help="SpecForge's dspark_ce_loss_alpha")
+    ap.add_argument("--l1-alpha", type=float, default=0.9, help="SpecForge's dspark_l1_loss_alpha")
+    ap.add_argument("--dir", default=str(DRAFT_WORK), help="checkpoint folder (resumed from)")
+    ap.add_argument("--log", default=str(LOG), help="the training log")
     args = ap.parse_args()
+    LOG = args.log
 
     from specforge.algorithms.common.dflash_family_model import OnlineDSparkModel
     from specforge.export.checkpoint_io import apply_legacy_rope_scaling
@@ -167,12 +173,15 @@ def main():
         draft_model=draft, target_lm_head=target.lm_head, target_embed_tokens=target.model.embed_tokens,
         mask_token_id=MASK_ID, block_size=BLOCK, attention_backend="sdpa", num_anchors=args.num_anchors,
         loss_decay_gamma=args.decay_gamma, objective_chunk_blocks=0,
+        dspark_ce_loss_alpha=args.ce_alpha, dspark_l1_loss_alpha=args.l1_alpha,
     )
     model.train()
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    DRAFT_WORK.mkdir(parents=True, exist_ok=True)
-    ckpt = DRAFT_WORK / "ckpt.pt"
+    from pathlib import Path
+    draft_dir = Path(args.dir)
+    draft_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = draft_dir / "ckpt.pt"
     step, wall = 0, 0.0
     if ckpt.exists() and not args.bench:
         st = torch.load(ckpt, weights_only=False)
@@ -201,7 +210,7 @@ def main():
         torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "step": step, "wall": wall,
                     "torch_rng": torch.get_rng_state(), "args": vars(args)}, tmp)
         os.replace(tmp, ckpt)
-        out = DRAFT_WORK / "hf"
+        out = draft_dir / "hf"
         draft.save_pretrained(out)
         apply_legacy_rope_scaling(str(out))
 
@@ -267,7 +276,7 @@ def main():
     if val_rows is not None:
         summary["heldout"] = run_metrics(model.eval(), val, val_rows, args)
     write_json(WORK / "draft_summary.json", summary)
-    log(f"drafter done: {step} steps in {wall/60:.1f} min -> {DRAFT_WORK / 'hf'}", LOG)
+    log(f"drafter done: {step} steps in {wall/60:.1f} min -> {draft_dir / 'hf'}", LOG)
 
 
 if __name__ == "__main__":
