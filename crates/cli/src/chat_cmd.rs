@@ -21,18 +21,17 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_runtime::generate::{
-    autoregressive, fit_context, speculative_with, ContextAsk, Contexts, Observer, Plan, Request,
-    Stats, StopReason,
+    autoregressive, fit_context, speculative_with, ContextAsk, Contexts, Observer, Request, Stats,
+    StopReason,
 };
 use dspark_runtime::models::dspark::{DraftSession, Drafter};
-use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
-use dspark_runtime::{Attention, SessionOptions, Target};
+use dspark_runtime::{Attention, Target};
 use serde_json::json;
 
-use crate::generate_cmd::{parse_attention, parse_date, parse_rollback, RollbackChoice};
+use crate::generate_cmd::{parse_attention, parse_date};
 use crate::load::{load_drafter, load_target, runtime_error};
-use crate::{usage, Outcome, CANCEL};
+use crate::{Outcome, CANCEL};
 
 /// Longest message line read (a message of several lines may hold this much per line).
 const MAX_LINE_BYTES: u64 = 1 << 20;
@@ -66,15 +65,8 @@ pub struct ChatArgs {
     /// drafter's when it records a shorter one). The sessions are sized for it at start.
     #[arg(short = 'c', long, visible_alias = "ctx-size", value_parser = clap::value_parser!(u64).range(2..))]
     pub context: Option<u64>,
-    /// How many drafts each round verifies: `adaptive` or `fixed` (as `generate`).
-    #[arg(long, default_value = "adaptive", value_parser = crate::generate_cmd::parse_schedule)]
-    pub schedule: Schedule,
-    /// The most drafts a round verifies (default: the drafter's block).
-    #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
-    pub draft_max: Option<u64>,
-    /// How a recurrent target undoes rejected drafts: `snapshots`, `replay` or `auto`.
-    #[arg(long, default_value = "auto", value_parser = parse_rollback)]
-    pub rollback: RollbackChoice,
+    #[command(flatten)]
+    pub spec: crate::generate_cmd::SpecArgs,
     /// How attention is computed: `f16` (llama.cpp's default) or `f32`.
     #[arg(long, default_value = "f16", value_parser = parse_attention)]
     pub attention: Attention,
@@ -216,15 +208,12 @@ pub fn run(a: ChatArgs) -> Result<Outcome> {
     crate::start_threads(a.threads);
     let target = load_target(&a.target, None)?;
     let model = Arc::clone(&target.model);
-    let Some(tok) = target.tokenizer.clone() else {
-        match &target.tokenizer_problem {
-            Some(p) => anyhow::bail!("{p}; chat needs a tokenizer"),
-            None => usage!(
-                "{} carries no tokenizer: chat needs one",
-                a.target.display()
-            ),
-        }
-    };
+    let tok = crate::load::require_tokenizer(
+        &target,
+        &a.target,
+        "chat needs a tokenizer",
+        "chat needs one",
+    )?;
     let renderer = crate::chat::Renderer::for_target(
         &target,
         &a.target,
@@ -239,9 +228,7 @@ pub fn run(a: ChatArgs) -> Result<Outcome> {
         )?),
         None => None,
     };
-    if a.draft_max.is_some() && drafter.is_none() {
-        usage!("--draft-max limits the drafts a speculative round verifies: it needs --draft");
-    }
+    a.spec.check(a.draft.is_some())?;
     let context = fit_context(
         Contexts {
             target: model.context(),
@@ -256,27 +243,17 @@ pub fn run(a: ChatArgs) -> Result<Outcome> {
     )
     .map_err(|e| crate::Usage(format!("{e} (--context)")))?;
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
-    let plan = Plan {
-        schedule: a.schedule,
-        rollback: a.rollback.0,
-        draft_max: a
-            .draft_max
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-    };
+    let plan = a.spec.plan(drafts);
     let eos = model.special_tokens().eos.filter(|_| !a.ignore_eos);
     let eos_text = eos.and_then(|e| tok.token_text(e)).unwrap_or_default();
     let new_sessions = || -> Result<Sessions> {
-        let target = Arc::clone(&model)
-            .session(&SessionOptions {
-                positions: context,
-                undo: drafts + 1,
-                attention: a.attention,
-            })
-            .map_err(|e| runtime_error(&a.target, e))?;
-        let drafter = match (&drafter, &a.draft) {
-            (Some(d), Some(p)) => Some(d.session(context).map_err(|e| runtime_error(p, e))?),
-            _ => None,
-        };
+        let (target, drafter) = crate::load::open_sessions(
+            &model,
+            &a.target,
+            drafter.as_ref().zip(a.draft.as_deref()),
+            context,
+            a.attention,
+        )?;
         Ok(Sessions {
             target,
             drafter,

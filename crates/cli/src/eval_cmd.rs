@@ -162,15 +162,12 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
     let threads = crate::start_threads(a.threads);
     let prompts = read_prompts(&a.prompts)?;
     let target = load_target(&a.target, a.tokenizer.as_deref())?;
-    let Some(tokenizer) = target.tokenizer.clone() else {
-        match &target.tokenizer_problem {
-            Some(p) => anyhow::bail!("{p}; eval encodes its prompts with a tokenizer"),
-            None => usage!(
-                "{} carries no tokenizer: give --tokenizer tokenizer.json",
-                a.target.display()
-            ),
-        }
-    };
+    let tokenizer = crate::load::require_tokenizer(
+        &target,
+        &a.target,
+        "eval encodes its prompts with a tokenizer",
+        "give --tokenizer tokenizer.json",
+    )?;
     let renderer = if prompts.iter().any(|p| matches!(p, Prompt::Messages(_))) {
         Some(crate::chat::Renderer::for_target(
             &target,

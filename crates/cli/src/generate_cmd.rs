@@ -9,7 +9,6 @@
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -20,7 +19,7 @@ use dspark_runtime::generate::{
 };
 use dspark_runtime::schedule::Schedule;
 use dspark_runtime::tokenizer::{TextStream, Tokenizer};
-use dspark_runtime::{Attention, Rollback, SessionOptions};
+use dspark_runtime::{Attention, Rollback};
 use serde_json::json;
 
 use crate::load::{load_drafter, load_target, runtime_error};
@@ -88,23 +87,8 @@ pub struct GenerateArgs {
     /// Do not stop at the target's end-of-sequence token.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// How many drafts each round verifies: `adaptive` chooses per round from the
-    /// acceptance and the forward times measured in the run; `fixed` verifies every draft
-    /// (up to --draft-max). Greedy output is the same either way; sampled output has the
-    /// same law either way, and for a seed the same tokens with `fixed` (adaptive choices
-    /// follow the measured times).
-    #[arg(long, default_value = "adaptive", value_parser = parse_schedule)]
-    pub schedule: Schedule,
-    /// The most drafts a round verifies (default: the drafter's block).
-    #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
-    pub draft_max: Option<u64>,
-    /// How a recurrent target (Kimi K3's KDA layers) undoes rejected drafts: `snapshots`
-    /// keeps the state after every verified position (memory: one state per position of a
-    /// round), `replay` keeps one state and replays the recurrence of the accepted ones,
-    /// `auto` measures both and picks the cheaper per round. Output is the same either
-    /// way; attention-only targets ignore it.
-    #[arg(long, default_value = "auto", value_parser = parse_rollback)]
-    pub rollback: RollbackChoice,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// How attention is computed (targets that follow llama.cpp's flash attention: llama,
     /// qwen3, and Kimi K3's MLA layers; others compute in f32): `f16` (the default) as llama.cpp's CPU
     /// flash attention does by default (keys, values, queries and the value accumulator
@@ -128,6 +112,55 @@ pub struct GenerateArgs {
     /// `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
+}
+
+/// How a speculative run verifies its drafts (`generate`'s and `chat`'s flags).
+#[derive(Args, Debug)]
+pub struct SpecArgs {
+    /// How many drafts each round verifies: `adaptive` chooses per round from the
+    /// acceptance and the forward times measured in the run; `fixed` verifies every draft
+    /// (up to --draft-max). Greedy output is the same either way; sampled output has the
+    /// same law either way, and for a seed the same tokens with `fixed` (adaptive choices
+    /// follow the measured times).
+    #[arg(long, default_value = "adaptive", value_parser = parse_schedule)]
+    pub schedule: Schedule,
+    /// The most drafts a round verifies (default: the drafter's block).
+    #[arg(long, visible_alias = "spec-draft-n-max", value_parser = clap::value_parser!(u64).range(1..))]
+    pub draft_max: Option<u64>,
+    /// How a recurrent target (Kimi K3's KDA layers) undoes rejected drafts: `snapshots`
+    /// keeps the state after every verified position (memory: one state per position of a
+    /// round), `replay` keeps one state and replays the recurrence of the accepted ones,
+    /// `auto` measures both and picks the cheaper per round. Output is the same either
+    /// way; attention-only targets ignore it.
+    #[arg(long, default_value = "auto", value_parser = parse_rollback)]
+    pub rollback: RollbackChoice,
+}
+
+impl SpecArgs {
+    /// Refuses `--draft-max` without a drafter (a usage error).
+    pub fn check(&self, has_draft: bool) -> Result<()> {
+        if self.draft_max.is_some() && !has_draft {
+            usage!("--draft-max limits the drafts a speculative round verifies: it needs --draft");
+        }
+        Ok(())
+    }
+
+    /// The plan for a drafter of `drafts` drafts per block (0 without one), warning when
+    /// `--draft-max` is above them.
+    pub fn plan(&self, drafts: usize) -> Plan {
+        if let Some(cap) = self.draft_max.filter(|&c| drafts > 0 && c > drafts as u64) {
+            crate::diag!(
+                "dspark: warning: --draft-max {cap} is above the drafter's {drafts} drafts per block; a round verifies at most {drafts}"
+            );
+        }
+        Plan {
+            schedule: self.schedule,
+            rollback: self.rollback.0,
+            draft_max: self
+                .draft_max
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        }
+    }
 }
 
 /// `--rollback`: a fixed option, or `None` for the planner's choice.
@@ -372,9 +405,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     if chat && !a.prompt_tokens.is_empty() {
         usage!("--chat renders text: give the user message with -p or -f (or --messages), not --prompt-tokens");
     }
-    if a.draft_max.is_some() && a.draft.is_none() {
-        usage!("--draft-max limits the drafts a speculative round verifies: it needs --draft");
-    }
+    a.spec.check(a.draft.is_some())?;
     if let Some(t) = &a.trace {
         if a.draft.is_none() {
             usage!("--trace records speculative rounds: it needs --draft");
@@ -494,30 +525,15 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         sampling: a.sampling.settings(a.sampling.seed),
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
-    if let Some(cap) = a.draft_max.filter(|&c| c > drafts as u64) {
-        crate::diag!(
-            "dspark: warning: --draft-max {cap} is above the drafter's {drafts} drafts per block; a round verifies at most {drafts}"
-        );
-    }
-    let plan = Plan {
-        schedule: a.schedule,
-        rollback: a.rollback.0,
-        draft_max: a
-            .draft_max
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-    };
+    let plan = a.spec.plan(drafts);
     let positions = req.positions(drafts).min(context);
-    let mut session = Arc::clone(model)
-        .session(&SessionOptions {
-            positions,
-            undo: drafts + 1,
-            attention: a.attention,
-        })
-        .map_err(|e| runtime_error(&a.target, e))?;
-    let mut draft_session = match (&drafter, &a.draft) {
-        (Some(d), Some(p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
-        _ => None,
-    };
+    let (mut session, mut draft_session) = crate::load::open_sessions(
+        model,
+        &a.target,
+        drafter.as_ref().zip(a.draft.as_deref()),
+        positions,
+        a.attention,
+    )?;
 
     // 4. Run, streaming.
     let trace_file = match &a.trace {

@@ -9,7 +9,10 @@ use anyhow::{Context, Result};
 use dspark_contract::{ContractError, TargetShape};
 use dspark_gguf::GgufFile;
 use dspark_runtime::tokenizer::Tokenizer;
-use dspark_runtime::{open_target, Drafter, ModelBytes, OpenedTarget, RuntimeError};
+use dspark_runtime::{
+    open_target, Attention, DraftSession, Drafter, ModelBytes, OpenedTarget, RuntimeError,
+    SessionOptions, Target, TargetModel,
+};
 
 use crate::mmap::map_model_file;
 
@@ -63,6 +66,27 @@ pub fn load_target(path: &Path, tokenizer_json: Option<&Path>) -> Result<OpenedT
     Ok(opened)
 }
 
+/// The target's tokenizer, for a command that encodes text: when the target has none, the
+/// problem that made its own unusable followed by `need`, or a usage error naming the file
+/// followed by `remedy`.
+pub fn require_tokenizer(
+    target: &OpenedTarget,
+    path: &Path,
+    need: &str,
+    remedy: &str,
+) -> Result<Arc<Tokenizer>> {
+    if let Some(t) = &target.tokenizer {
+        return Ok(Arc::clone(t));
+    }
+    match &target.tokenizer_problem {
+        Some(p) => anyhow::bail!("{p}; {need}"),
+        None => Err(anyhow::Error::new(crate::Usage(format!(
+            "{} carries no tokenizer: {remedy}",
+            path.display()
+        )))),
+    }
+}
+
 /// Loads a drafter that must fit `target` (`target_path` names it in messages).
 pub fn load_drafter(path: &Path, target: &TargetShape, target_path: &str) -> Result<Arc<Drafter>> {
     let bytes = map_model(path)?;
@@ -80,4 +104,28 @@ pub fn load_drafter(path: &Path, target: &TargetShape, target_path: &str) -> Res
         }
         Err(e) => Err(runtime_error(path, e)),
     }
+}
+
+/// A target session of `positions` (able to undo a block of the drafter's, when there is
+/// one) and the drafter's session of as many positions; errors name the file.
+pub fn open_sessions(
+    model: &Arc<dyn TargetModel>,
+    target_path: &Path,
+    drafter: Option<(&Arc<Drafter>, &Path)>,
+    positions: usize,
+    attention: Attention,
+) -> Result<(Box<dyn Target + Send>, Option<DraftSession>)> {
+    let drafts = drafter.map_or(0, |(d, _)| d.drafts_per_block());
+    let target = Arc::clone(model)
+        .session(&SessionOptions {
+            positions,
+            undo: drafts + 1,
+            attention,
+        })
+        .map_err(|e| runtime_error(target_path, e))?;
+    let draft = match drafter {
+        Some((d, p)) => Some(d.session(positions).map_err(|e| runtime_error(p, e))?),
+        None => None,
+    };
+    Ok((target, draft))
 }

@@ -540,28 +540,22 @@ pub fn autoregressive(
     obs: &mut dyn Observer,
 ) -> Result<Outcome> {
     check_request(target, req)?;
-    let chunk = (req.prompt.len() - target.len()).min(PREFILL_CHUNK);
+    let cached = target.len();
+    let fresh = &req.prompt[cached..];
+    let chunk = fresh.len().min(PREFILL_CHUNK);
     check_step_memory(
         target.step_bytes(chunk, Logits::Last, 0),
         &format!("a {chunk}-token prefill step"),
     )?;
     let started = Instant::now();
-    let cached = target.len();
     let mut stats = Stats {
-        prompt_tokens: req.prompt.len() - cached,
+        prompt_tokens: fresh.len(),
         prompt_cached: cached,
         ..Stats::default()
     };
     let mut chooser = Chooser::new(req.sampling)?;
     let mut out = Output::new(req);
-    let prefilled = prefill(
-        target,
-        &req.prompt[cached..],
-        &[],
-        &mut stats,
-        obs,
-        |_, _, _, _| Ok(()),
-    )?;
+    let prefilled = prefill(target, fresh, &[], &mut stats, obs, |_, _, _, _| Ok(()))?;
     let prompt_done = out.start(prefilled, &mut chooser, obs)?;
     while out.going(obs) {
         let last = *out.tokens.last().expect("a token was generated");

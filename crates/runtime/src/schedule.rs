@@ -14,9 +14,9 @@
 //! depth, the confidences are scaled by observed / predicted acceptance, since the head is
 //! trained for sampling at T = 1, not greedy matching (§3.3). A drafter without the head
 //! uses the observed acceptance per depth alone. The costs are the run's own timings (the
-//! median of the last [`COST_WINDOW`] per verify width, and of the drafter's — the smaller
-//! of two while there are two — so one slow step on a busy machine cannot swing them; linear between the widths measured and below
-//! them, flat above them). A trimmed length is used only when its predicted rate beats
+//! median of the last [`COST_WINDOW`] per verify width, and of the drafter's — the
+//! smaller of two while there are two — so one slow step on a busy machine cannot swing
+//! them; linear between the widths measured and below them, flat above them). A trimmed length is used only when its predicted rate beats
 //! verifying everything by [`MIN_GAIN`] (TensorRT-LLM's guard).
 //!
 //! Before drafting, a gate compares the best rate the history predicts with a plain decode
@@ -26,13 +26,13 @@
 //! against what was realised: when the last [`REALISED_WINDOW`] rounds, timed whole
 //! (drafting, verifying, undoing, feeding the drafter, bookkeeping), committed fewer
 //! tokens per second than the last plain steps, timed whole, the gate shuts whatever the
-//! predictions say, until probe rounds bring the realised rate back. The prefill's forwards seed the
-//! costs of their widths ([`Planner::record_prefill`]); the warm-up alternates
-//! [`WARM_UP`] rounds verifying the whole block with plain steps (two timings of each,
-//! so that one slow one cannot shut the gate for long); while the gate is open a plain
-//! step still comes every [`PLAIN_EVERY`] steps, so the cost drafting is judged against
-//! stays current. While the gate stays shut, a probe round still drafts, verifying at least one draft,
-//! after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
+//! predictions say, until probe rounds bring the realised rate back. The prefill's
+//! forwards seed the costs of their widths ([`Planner::record_prefill`]); the warm-up
+//! alternates [`WARM_UP`] rounds verifying the whole block with plain steps (two timings
+//! of each, so that one slow one cannot shut the gate for long); while the gate is open a
+//! plain step still comes every [`PLAIN_EVERY`] steps, so the cost drafting is judged
+//! against stays current. While the gate stays shut, a probe round still drafts,
+//! verifying at least one draft, after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
 //! gate, and at least as many as keep the failed round's extra time within
 //! [`PROBE_BUDGET`] of plain decoding, up to [`MAX_PROBE`]; and every [`FULL_EVERY`]-th
 //! round verifies the whole block, so the statistics never freeze and a drafter that never
@@ -148,7 +148,8 @@ pub struct Planner {
     /// The last rounds' whole wall-clock seconds and tokens committed, and the last plain
     /// steps' seconds, as they were realised (everything a round or a step costs, not
     /// only its forwards): the check on the predictions ([`Planner::realised_losing`]).
-    realised_rounds: std::collections::VecDeque<(f64, usize)>,
+    realised_round_s: Window,
+    realised_round_tokens: Window,
     realised_plain: Window,
     /// Steps so far: rounds and plain steps.
     steps: u64,
@@ -205,12 +206,13 @@ impl Planner {
             accepted: vec![0.0; max],
             predicted: vec![0.0; max],
             verify: vec![None; max + 1],
-            verify_samples: vec![Window::default(); max + 1],
+            verify_samples: vec![Window::new(COST_WINDOW); max + 1],
             prefill: Vec::new(),
             draft: None,
-            draft_samples: Window::default(),
-            realised_rounds: std::collections::VecDeque::with_capacity(REALISED_WINDOW),
-            realised_plain: Window::default(),
+            draft_samples: Window::new(COST_WINDOW),
+            realised_round_s: Window::new(REALISED_WINDOW),
+            realised_round_tokens: Window::new(REALISED_WINDOW),
+            realised_plain: Window::new(REALISED_WINDOW),
             steps: 0,
             rounds: 0,
             last_round: 0,
@@ -354,20 +356,19 @@ impl Planner {
     /// tokens by their mean, which is what a round yields. Needs [`REALISED_MIN_ROUNDS`]
     /// rounds and as many plain steps timed.
     pub fn realised_losing(&self) -> bool {
-        if self.realised_rounds.len() < REALISED_MIN_ROUNDS
+        if self.realised_round_s.len() < REALISED_MIN_ROUNDS
             || self.realised_plain.len() < REALISED_MIN_ROUNDS
         {
             return false;
         }
-        let mut seconds = Window::default();
-        let mut tokens = 0;
-        for &(s, t) in &self.realised_rounds {
-            seconds.push(s, REALISED_WINDOW);
-            tokens += t;
-        }
-        let mean = tokens as f64 / self.realised_rounds.len() as f64;
-        match (seconds.median(), self.realised_plain.median()) {
-            (Some(round), Some(plain)) if round > 0.0 && plain > 0.0 => mean / round < 1.0 / plain,
+        match (
+            self.realised_round_tokens.mean(),
+            self.realised_round_s.median(),
+            self.realised_plain.median(),
+        ) {
+            (Some(tokens), Some(round), Some(plain)) if round > 0.0 && plain > 0.0 => {
+                tokens / round < 1.0 / plain
+            }
             _ => false,
         }
     }
@@ -375,20 +376,15 @@ impl Planner {
     /// Records a round's whole wall-clock seconds (drafting, verifying, undoing, the
     /// drafter's context, the bookkeeping) and the tokens it committed.
     pub fn record_round_wall(&mut self, seconds: f64, tokens: usize) {
-        if !seconds.is_finite() {
-            return;
+        if seconds.is_finite() {
+            self.realised_round_s.push(seconds);
+            self.realised_round_tokens.push(tokens as f64);
         }
-        if self.realised_rounds.len() == REALISED_WINDOW {
-            self.realised_rounds.pop_front();
-        }
-        self.realised_rounds.push_back((seconds, tokens));
     }
 
     /// Records a plain step's whole wall-clock seconds.
     pub fn record_plain_wall(&mut self, seconds: f64) {
-        if seconds.is_finite() {
-            self.realised_plain.push(seconds, REALISED_WINDOW);
-        }
+        self.realised_plain.push(seconds);
     }
 
     /// Whether to draft this step (false: a plain decode step), decided before drafting
@@ -493,8 +489,8 @@ impl Planner {
                 self.accepted[j - 1] += 1.0;
             }
         }
-        self.verify[verified] = self.verify_samples[verified].push(verify_s, COST_WINDOW);
-        self.draft = self.draft_samples.push(drafter_s, COST_WINDOW);
+        self.verify[verified] = self.verify_samples[verified].push(verify_s).estimate();
+        self.draft = self.draft_samples.push(drafter_s).estimate();
         self.last_round = self.steps;
         self.steps += 1;
         self.rounds += 1;
@@ -550,7 +546,7 @@ impl Planner {
 
     /// Records a plain decode step of `forward_s` seconds.
     pub fn record_plain(&mut self, forward_s: f64) {
-        self.verify[0] = self.verify_samples[0].push(forward_s, COST_WINDOW);
+        self.verify[0] = self.verify_samples[0].push(forward_s).estimate();
         self.last_plain = self.steps;
         self.steps += 1;
         // The warm-up's plain steps measured what its rounds' back-off guessed.
@@ -646,46 +642,72 @@ fn expected(a: &[f64], l: usize) -> f64 {
     1.0 + a[..l.min(a.len())].iter().sum::<f64>()
 }
 
-/// The last few timings of one cost (a ring of at most the capacity its pushes give).
-#[derive(Clone, Debug, Default)]
+/// The last few timings of one cost: a ring of at most its capacity (at most
+/// [`Window::MAX`], so that a median sorts a copy on the stack).
+#[derive(Clone, Debug)]
 struct Window {
     samples: std::collections::VecDeque<f64>,
+    cap: usize,
 }
 
 impl Window {
-    /// Adds `x` (dropping the oldest beyond `cap`); returns the new estimate: the median,
-    /// or the smaller of two (a slow step only adds time: of two timings, the smaller is
-    /// the better guess).
-    fn push(&mut self, x: f64, cap: usize) -> Option<f64> {
+    const MAX: usize = 16;
+
+    fn new(cap: usize) -> Window {
+        assert!((1..=Window::MAX).contains(&cap), "window of {cap}");
+        Window {
+            samples: std::collections::VecDeque::with_capacity(cap),
+            cap,
+        }
+    }
+
+    /// Adds `x` (a finite value; others are ignored), dropping the oldest beyond the
+    /// capacity.
+    fn push(&mut self, x: f64) -> &Self {
         if x.is_finite() {
-            while self.samples.len() >= cap.max(1) {
+            if self.samples.len() == self.cap {
                 self.samples.pop_front();
             }
             self.samples.push_back(x);
         }
-        match self.samples.len() {
-            2 => Some(self.samples[0].min(self.samples[1])),
-            _ => self.median(),
-        }
+        self
     }
 
     fn len(&self) -> usize {
         self.samples.len()
     }
 
+    /// A cost's estimate: the median, or the smaller of two (a slow step only adds time:
+    /// of two timings, the smaller is the better guess).
+    fn estimate(&self) -> Option<f64> {
+        match self.samples.len() {
+            2 => Some(self.samples[0].min(self.samples[1])),
+            _ => self.median(),
+        }
+    }
+
     /// The median (the mean of the middle two for an even count).
     fn median(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self.samples.iter().copied().collect();
-        if v.is_empty() {
+        let n = self.samples.len();
+        if n == 0 {
             return None;
         }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
+        let mut v = [0.0; Window::MAX];
+        for (slot, &x) in v.iter_mut().zip(&self.samples) {
+            *slot = x;
+        }
+        let v = &mut v[..n];
+        v.sort_unstable_by(f64::total_cmp);
         Some(if n % 2 == 1 {
             v[n / 2]
         } else {
             0.5 * (v[n / 2 - 1] + v[n / 2])
         })
+    }
+
+    fn mean(&self) -> Option<f64> {
+        let n = self.samples.len();
+        (n > 0).then(|| self.samples.iter().sum::<f64>() / n as f64)
     }
 }
 
@@ -1078,7 +1100,6 @@ mod tests {
                 tokens += 1;
             }
         }
-        eprintln!("rounds {} steps {} gate {} losing {} probe_after {} verify {:?} draft {:?} surv {:?} rr {:?}", p.rounds, p.steps, p.gate_open(), p.realised_losing(), p.probe_after, p.verify, p.draft, p.survivals(&[]), p.realised_rounds);
         tokens as f64 / time
     }
 
