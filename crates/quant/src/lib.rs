@@ -164,6 +164,10 @@ pub fn matrix_types() -> [GgmlType; FORMAT_COUNT] {
     FORMATS.map(|(ty, _)| ty)
 }
 
+/// [`Kernels::attend_chunk_f16`]: `(q16, keys, values, stride, positions, scale, out) -> (M, S)`.
+pub type AttendChunk =
+    fn(&[f32], &[f32], &[f32], usize, std::ops::Range<usize>, f32, &mut [f32]) -> (f32, f32);
+
 /// The implementation of each op chosen for one CPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
@@ -199,6 +203,9 @@ pub struct Kernels {
     pub dot_f16: fn(&[f32], &[f32]) -> f32,
     /// SwiGLU in place, the bits of [`vector::swiglu_ref`] (ggml's AVX-512 arithmetic).
     pub swiglu: fn(&mut [f32], &[f32]),
+    /// One query row over a chunk of positions by llama.cpp's one-chunk flash attention
+    /// with F16 values, the bits of [`vector::attend_chunk_f16_ref`].
+    pub attend_chunk_f16: AttendChunk,
     /// Sequential fused dot products of a query with keys at a stride, the bits of
     /// [`vector::fused_dots_ref`].
     pub fused_dots: fn(&[f32], &[f32], usize, &mut [f32]),
@@ -226,6 +233,7 @@ impl Kernels {
             dot_f16: vector::dot_f16_ref,
             fused_dots: vector::fused_dots_ref,
             fused_axpys: vector::fused_axpys_ref,
+            attend_chunk_f16: vector::attend_chunk_f16_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -281,6 +289,14 @@ impl Kernels {
             k.fused_axpys = |y, w, values, stride| {
                 // SAFETY: built only from a `Detected` with AVX2 and FMA.
                 unsafe { vector::x86_64::fused_axpys_fma(y, w, values, stride) }
+            };
+            k.attend_chunk_f16 = |q, keys, values, stride, positions, scale, out| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe {
+                    vector::x86_64::attend_chunk_f16_avx2(
+                        q, keys, values, stride, positions, scale, out,
+                    )
+                }
             };
             if cpu.isa() == Isa::Avx512Vnni {
                 k.swiglu = |g, u| {

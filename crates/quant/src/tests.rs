@@ -824,6 +824,74 @@ fn f16_accumulator_kernels_match_their_references() {
     }
 }
 
+/// The fused one-chunk flash-attention kernels give their reference's bits: head sizes
+/// around the 64-value step and the 16-lane width, strides wider than a row, chunks
+/// starting inside the keys, scores that raise the maximum late (rescaling the
+/// accumulator) and values near F16's limits.
+#[test]
+fn attend_chunk_kernels_match_their_reference() {
+    let mut rng = Rng(31);
+    for (d, r) in [
+        (64usize, 64usize),
+        (128, 128),
+        (80, 80),
+        (32, 48),
+        (7, 9),
+        (192, 128),
+        (64, 0),
+    ] {
+        for (count, value_scale) in [(1usize, 1.0f32), (5, 3.0e-3), (37, 1.0), (130, 2.0e3)] {
+            let stride = d.max(r) + 3;
+            let f16 = |x: f32| crate::vector::round_f16(x);
+            let q: Vec<f32> = (0..d).map(|_| f16(rng.normal())).collect();
+            let keys: Vec<f32> = (0..count * stride)
+                .enumerate()
+                .map(|(i, _)| f16(rng.normal() * (1.0 + (i / stride) as f32 * 0.05)))
+                .collect();
+            let values: Vec<f32> = (0..count * stride)
+                .map(|_| f16(rng.normal() * value_scale))
+                .collect();
+            for start in [0, count / 3] {
+                let mut want = vec![7.0f32; r];
+                let got_ref = crate::vector::attend_chunk_f16_ref(
+                    &q,
+                    &keys,
+                    &values,
+                    stride,
+                    start..count,
+                    0.125,
+                    &mut want,
+                );
+                for k in fast_kernels() {
+                    let mut out = vec![-1.0f32; r];
+                    let got = (k.attend_chunk_f16)(
+                        &q,
+                        &keys,
+                        &values,
+                        stride,
+                        start..count,
+                        0.125,
+                        &mut out,
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        (got.0.to_bits(), got.1.to_bits()),
+                        (got_ref.0.to_bits(), got_ref.1.to_bits()),
+                        "{} d {d} r {r} count {count} start {start}",
+                        k.isa
+                    );
+                    assert_eq!(
+                        bits(&out),
+                        bits(&want),
+                        "{} d {d} r {r} count {count}",
+                        k.isa
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Every block format's dequantization equals gguf-py's `gguf.quants.dequantize` bit for
 /// bit, on sampled blocks (every bit pattern but the scales random) and, for the formats
 /// dspark writes, on quantized values: gguf-py (llama.cpp's own Python package, pinned in

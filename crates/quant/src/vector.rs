@@ -109,6 +109,50 @@ pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32) {
     }
 }
 
+/// One query row over a chunk of positions by llama.cpp's one-chunk flash-attention recipe
+/// with F16 values (ggml's `ggml_compute_forward_flash_attn_ext_f16_one_chunk`): per
+/// position `p`, the score `s = dot_f16(q16, key_p) · scale`; on a new maximum `M` the
+/// accumulator is rescaled by `ms = exp(M_old − M)` ([`scale_round_f16_ref`]), else the
+/// value's weight is `vs = exp(s − M)`; the value row is added with weight `vs`
+/// ([`mad_round_f16_ref`]; `vs = 1` on a new maximum) and `S = fma(S, ms, vs)`. `out`
+/// (the accumulator, F16 values) starts at zero; returns `(M, S)` (`(-inf, 0)` for no
+/// positions). Keys and values of position `p` start at `p · stride` of `keys` and
+/// `values`; a key is `q16.len()` long, a value row `out.len()`. `exp` is libm's `expf`,
+/// as ggml's.
+///
+/// # Panics
+/// If a position's key or value lies outside its slice.
+pub fn attend_chunk_f16_ref(
+    q16: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    positions: std::ops::Range<usize>,
+    scale: f32,
+    out: &mut [f32],
+) -> (f32, f32) {
+    check_strided(q16.len(), keys.len(), stride, positions.end);
+    check_strided(out.len(), values.len(), stride, positions.end);
+    let (d, r) = (q16.len(), out.len());
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    for p in positions {
+        let s = dot_f16_ref(q16, &keys[p * stride..p * stride + d]) * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            scale_round_f16_ref(out, ms);
+        } else {
+            vs = (s - m).exp();
+        }
+        mad_round_f16_ref(out, &values[p * stride..p * stride + r], vs);
+        sum = sum.mul_add(ms, vs);
+    }
+    (m, sum)
+}
+
 /// Elements per step of ggml's F16 and F32 dot products ([`dot_f16_ref`],
 /// [`dot_f32_ggml_ref`]): four registers of 16.
 pub const F16_DOT_STEP: usize = 64;

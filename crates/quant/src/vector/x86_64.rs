@@ -144,6 +144,7 @@ unsafe fn axpys_in_registers<const R: usize>(
 /// # Safety
 /// The CPU must support AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
+#[inline]
 pub(crate) unsafe fn scale_round_f16_avx2(y: &mut [f32], s: f32) {
     let n = y.len();
     let sv = _mm256_set1_ps(s);
@@ -166,6 +167,7 @@ pub(crate) unsafe fn scale_round_f16_avx2(y: &mut [f32], s: f32) {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 pub(crate) unsafe fn mad_round_f16_avx2(y: &mut [f32], x: &[f32], s: f32) {
     assert_eq!(y.len(), x.len(), "mad lengths");
     let n = y.len() / 8 * 8;
@@ -341,6 +343,7 @@ unsafe fn ggml_step_sum_avx2(a: &[f32], b: &[f32]) -> (f32, usize) {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
     // SAFETY: the features are this function's.
     let (steps, whole) = unsafe { ggml_step_sum_avx2(a, b) };
@@ -427,4 +430,47 @@ pub(crate) unsafe fn fused_axpys_fma(
             y[j] = w.mul_add(values[p * stride + j], y[j]);
         }
     }
+}
+
+/// [`super::attend_chunk_f16_ref`] with AVX2, FMA and F16C (the same bits): the loop of the
+/// reference with [`dot_f16_avx2`], [`scale_round_f16_avx2`] and [`mad_round_f16_avx2`]
+/// inlined into it (one call per query row and chunk instead of three per position).
+/// (An AVX-512 version, 16 lanes per F16 conversion, ran the whole decode 20 % slower on
+/// this project's Zen 4 machine than this one: not kept.)
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend_chunk_f16_avx2(
+    q16: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    positions: std::ops::Range<usize>,
+    scale: f32,
+    out: &mut [f32],
+) -> (f32, f32) {
+    super::check_strided(q16.len(), keys.len(), stride, positions.end);
+    super::check_strided(out.len(), values.len(), stride, positions.end);
+    let (d, r) = (q16.len(), out.len());
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    for p in positions {
+        // SAFETY: this function's features are the callee's.
+        let s = unsafe { dot_f16_avx2(q16, &keys[p * stride..p * stride + d]) } * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            // SAFETY: this function's features are the callee's.
+            unsafe { scale_round_f16_avx2(out, ms) };
+        } else {
+            vs = (s - m).exp();
+        }
+        // SAFETY: this function's features are the callee's.
+        unsafe { mad_round_f16_avx2(out, &values[p * stride..p * stride + r], vs) };
+        sum = sum.mul_add(ms, vs);
+    }
+    (m, sum)
 }

@@ -143,7 +143,8 @@ pub(crate) fn attend_f16(
 }
 
 /// The recipe of [`attend_f16`] over `positions`, unnormalised: `acc` into `out` (F16
-/// values), returning `(M, S)` (`(-inf, 0)` for no positions).
+/// values), returning `(M, S)` (`(-inf, 0)` for no positions); the kernel table's
+/// [`dspark_quant::vector::attend_chunk_f16_ref`].
 fn one_chunk_f16(
     q16: &[f32],
     keys: &[f32],
@@ -153,26 +154,7 @@ fn one_chunk_f16(
     scale: f32,
     out: &mut [f32],
 ) -> (f32, f32) {
-    let kn = kernels();
-    let (d, r) = (q16.len(), out.len());
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-    out.fill(0.0);
-    for p in positions {
-        let key = &keys[p * stride..p * stride + d];
-        let s = (kn.dot_f16)(q16, key) * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > m {
-            let old = m;
-            m = s;
-            ms = (old - m).exp();
-            (kn.scale_round_f16)(out, ms);
-        } else {
-            vs = (s - m).exp();
-        }
-        (kn.mad_round_f16)(out, &values[p * stride..p * stride + r], vs);
-        sum = sum.mul_add(ms, vs);
-    }
-    (m, sum)
+    (kernels().attend_chunk_f16)(q16, keys, values, stride, positions, scale, out)
 }
 
 /// Query rows from which llama.cpp's CPU flash attention takes its tiled path (`GGML_FA_TILE_Q`)
