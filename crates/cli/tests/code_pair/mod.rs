@@ -9,7 +9,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use crate::common::*;
-use crate::llama_layout::check_llama_layout;
+use crate::llama_layout::convert_both_layouts;
 
 fn pair() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/code-pair")
@@ -102,31 +102,7 @@ fn eval_env(
 fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
     let tmp = Tmp::new();
     let (src, target) = (pair().join("draft"), pair().join("target.gguf"));
-    let dd = tmp.path("dd/draft.gguf");
-    let ll = tmp.path("ll/draft.gguf");
-    fs::create_dir_all(dd.parent().unwrap()).unwrap();
-    fs::create_dir_all(ll.parent().unwrap()).unwrap();
-    convert_and_prove(&src, &dd, &[]);
-    let args = ["--layout", "llama.cpp", "--vocab-from", s(&target)];
-    let mut conv = vec!["convert", s(&src), "-o", s(&ll), "-q"];
-    conv.extend_from_slice(&args);
-    assert_ok(&dspark(&conv));
-    let report = ll.with_file_name("conversion-report.json");
-    assert_ok(&dspark(&[
-        "verify",
-        s(&ll),
-        "--report",
-        s(&report),
-        "--source",
-        s(&src),
-    ]));
-    check_llama_layout(&ll, &target, &dd);
-    // Reproducible: a second conversion is the same bytes.
-    let again = tmp.path("again.gguf");
-    let mut conv = vec!["convert", s(&src), "-o", s(&again), "-q", "--force"];
-    conv.extend_from_slice(&args);
-    assert_ok(&dspark(&conv));
-    assert_eq!(fs::read(&again).unwrap(), fs::read(&ll).unwrap());
+    let (dd, ll) = convert_both_layouts(&tmp, &src, &target);
 
     // The first 6 held-out prompts.
     let prompts = tmp.path("prompts.jsonl");
@@ -163,15 +139,7 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
     // Both layouts are the same drafter: the same rounds and acceptance, prompt by prompt;
     // only the confidence differs a little (llama.cpp's layout stores `conf_proj.weight`
     // at the matrix type, Q8_0, where dflash-draft keeps it F32).
-    for key in [
-        "mean_acceptance_length",
-        "acceptance_per_position",
-        "acceptance_histogram",
-        "rounds",
-        "per_prompt",
-    ] {
-        assert_eq!(a[key], b[key], "{key}");
-    }
+    assert_same_speculation(&a, &b);
     let per_position = |d: &serde_json::Value| -> Vec<f64> {
         d["calibration"]["per_position"]
             .as_array()

@@ -349,3 +349,47 @@ pub fn python_check(gguf: &Path, source: Option<&Path>, report: Option<&Path>) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Runs `dspark chat ARGS --json-stats --chat-date 2026-12-03` on `input`; returns stdout
+/// and the `--json-stats` lines (one per turn).
+pub fn chat(args: &[&str], input: &str) -> (String, Vec<serde_json::Value>) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .arg("chat")
+        .args(args)
+        .args(["--json-stats", "--chat-date", "2026-12-03"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_ok(&o);
+    let err = String::from_utf8(o.stderr).unwrap();
+    let turns = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (String::from_utf8(o.stdout).unwrap(), turns)
+}
+
+/// Two `eval --json` outputs made the same speculation: the same rounds and acceptance,
+/// prompt by prompt.
+pub fn assert_same_speculation(a: &serde_json::Value, b: &serde_json::Value) {
+    for key in [
+        "mean_acceptance_length",
+        "acceptance_per_position",
+        "acceptance_histogram",
+        "rounds",
+        "per_prompt",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+}

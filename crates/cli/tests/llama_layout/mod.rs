@@ -5,7 +5,7 @@
 //! and files llama.cpp could carry but dspark does not run are refused by name.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dspark_gguf::{Array, GgmlType, GgufFile, TensorInfo, Value};
@@ -36,6 +36,38 @@ pub fn check_llama_layout(draft: &Path, target: &Path, dflash_draft: &Path) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// Converts the checkpoint `src` in both layouts under `tmp`: dspark's `dflash-draft` file
+/// (proved by `verify`) and llama.cpp's layout with `target`'s vocabulary (proved by
+/// `verify --source` and the independent checker, and the same bytes when converted
+/// again). Returns `(dflash_draft, llama_layout)`.
+pub fn convert_both_layouts(tmp: &Tmp, src: &Path, target: &Path) -> (PathBuf, PathBuf) {
+    let dd = tmp.path("dd/draft.gguf");
+    let ll = tmp.path("ll/draft.gguf");
+    fs::create_dir_all(dd.parent().unwrap()).unwrap();
+    fs::create_dir_all(ll.parent().unwrap()).unwrap();
+    convert_and_prove(src, &dd, &[]);
+    let args = ["--layout", "llama.cpp", "--vocab-from", s(target)];
+    let mut conv = vec!["convert", s(src), "-o", s(&ll), "-q"];
+    conv.extend_from_slice(&args);
+    assert_ok(&dspark(&conv));
+    let report = ll.with_file_name("conversion-report.json");
+    assert_ok(&dspark(&[
+        "verify",
+        s(&ll),
+        "--report",
+        s(&report),
+        "--source",
+        s(src),
+    ]));
+    check_llama_layout(&ll, target, &dd);
+    let again = tmp.path("again.gguf");
+    let mut conv = vec!["convert", s(src), "-o", s(&again), "-q", "--force"];
+    conv.extend_from_slice(&args);
+    assert_ok(&dspark(&conv));
+    assert_eq!(fs::read(&again).unwrap(), fs::read(&ll).unwrap());
+    (dd, ll)
 }
 
 fn tokens_of(out: &std::process::Output) -> Vec<u64> {

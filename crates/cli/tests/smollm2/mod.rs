@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use crate::common::*;
 
-fn smollm2() -> PathBuf {
+/// SmolLM2-135M-Instruct Q4_1, fetched by the test command into `$DSPARK_ASSETS`.
+pub fn smollm2() -> PathBuf {
     let dir = std::env::var_os("DSPARK_ASSETS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/assets"));
@@ -330,35 +331,6 @@ fn random_drafter(t: &Tmp) -> PathBuf {
     gguf
 }
 
-/// Runs `dspark chat ARGS` on `input`; returns stdout and the `--json-stats` lines.
-fn chat(args: &[&str], input: &str) -> (String, Vec<serde_json::Value>) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dspark"))
-        .arg("chat")
-        .args(args)
-        .args(["--json-stats", "--chat-date", "2026-12-03", "-t", "1"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert_ok(&o);
-    let err = String::from_utf8(o.stderr).unwrap();
-    let turns = err
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (String::from_utf8(o.stdout).unwrap(), turns)
-}
-
 /// `generate --chat --json` of one user message: (prompt ids, output ids).
 fn generate_chat(model: &Path, message: &str, n: &str) -> (Vec<u32>, Vec<u32>) {
     let o = dspark(&[
@@ -388,7 +360,7 @@ fn chat_keeps_the_cache_across_turns_and_speculation_changes_nothing() {
     let draft = random_drafter(&t);
     let input = "What is the capital of France?\nAnd of Germany?\n/reset\nHi\\\nthere\n";
     let m = s(&model);
-    let (plain_out, plain) = chat(&["-m", m, "-n", "24"], input);
+    let (plain_out, plain) = chat(&["-m", m, "-n", "24", "-t", "1"], input);
     assert_eq!(plain.len(), 3, "{plain:?}");
     // Turn 0 is `generate --chat` of the same message, token for token.
     let (p0, o0) = generate_chat(&model, "What is the capital of France?", "24");
@@ -429,6 +401,8 @@ fn chat_keeps_the_cache_across_turns_and_speculation_changes_nothing() {
                 "24",
                 "--schedule",
                 schedule,
+                "-t",
+                "1",
             ],
             input,
         );

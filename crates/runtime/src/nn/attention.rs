@@ -115,7 +115,7 @@ pub(crate) fn attend_f16(
     chunks: usize,
 ) {
     let sum = if chunks <= 1 {
-        one_chunk_f16(q16, keys, values, stride, 0..count, scale, out).1
+        (kernels().attend_chunk_f16)(q16, keys, values, stride, 0..count, scale, out).1
     } else {
         let n_kv = count.next_multiple_of(KV_PAD);
         let size = n_kv.div_ceil(chunks);
@@ -124,7 +124,8 @@ pub(crate) fn attend_f16(
         out.fill(0.0);
         for c in 0..chunks {
             let (lo, hi) = ((c * size).min(count), ((c + 1) * size).min(count));
-            let (mc, sc) = one_chunk_f16(q16, keys, values, stride, lo..hi, scale, &mut run);
+            let (mc, sc) =
+                (kernels().attend_chunk_f16)(q16, keys, values, stride, lo..hi, scale, &mut run);
             if sc == 0.0 {
                 continue;
             }
@@ -140,21 +141,6 @@ pub(crate) fn attend_f16(
     };
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     out.iter_mut().for_each(|a| *a *= inv);
-}
-
-/// The recipe of [`attend_f16`] over `positions`, unnormalised: `acc` into `out` (F16
-/// values), returning `(M, S)` (`(-inf, 0)` for no positions); the kernel table's
-/// [`dspark_quant::vector::attend_chunk_f16_ref`].
-fn one_chunk_f16(
-    q16: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    stride: usize,
-    positions: std::ops::Range<usize>,
-    scale: f32,
-    out: &mut [f32],
-) -> (f32, f32) {
-    (kernels().attend_chunk_f16)(q16, keys, values, stride, positions, scale, out)
 }
 
 /// Query rows from which llama.cpp's CPU flash attention takes its tiled path (`GGML_FA_TILE_Q`)
@@ -273,7 +259,15 @@ mod tests {
         };
         let (one, two) = (run(1), run(2));
         let mut direct = vec![0.0f32; d];
-        let (_, s) = one_chunk_f16(&q, &kv, &kv, d, 0..count, 0.25, &mut direct);
+        let (_, s) = dspark_quant::vector::attend_chunk_f16_ref(
+            &q,
+            &kv,
+            &kv,
+            d,
+            0..count,
+            0.25,
+            &mut direct,
+        );
         let direct: Vec<f32> = direct.iter().map(|a| a * (1.0 / s)).collect();
         assert_eq!(one, direct);
         assert_ne!(one, two, "two chunks should round differently somewhere");
