@@ -32,6 +32,13 @@ pub fn dspark(args: &[&str]) -> Output {
         .expect("run dspark")
 }
 
+/// Runs `dspark ARGS` (which must print one JSON object), checks it succeeded, parses it.
+pub fn dspark_json(args: &[&str]) -> serde_json::Value {
+    let o = dspark(args);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).expect("dspark printed one JSON object")
+}
+
 pub fn assert_ok(o: &Output) {
     assert!(
         o.status.success(),
@@ -392,4 +399,15 @@ pub fn assert_same_speculation(a: &serde_json::Value, b: &serde_json::Value) {
     ] {
         assert_eq!(a[key], b[key], "{key}");
     }
+}
+
+/// The Markov head carries at least `margin` of the acceptance `tau`: `plain`, the same
+/// `eval --json` with `--no-markov`, is still lossless and accepts less by that much.
+pub fn assert_markov_gain(tau: f64, plain: &serde_json::Value, margin: f64) {
+    assert_eq!(plain["identical_to_ar"], true);
+    let tau_plain = plain["mean_acceptance_length"].as_f64().unwrap();
+    assert!(
+        tau > tau_plain + margin,
+        "tau {tau} vs {tau_plain} without the Markov head"
+    );
 }

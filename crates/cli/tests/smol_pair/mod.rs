@@ -62,9 +62,7 @@ fn eval(target: &Path, draft: &Path, prompts: &Path, extra: &[&str]) -> serde_js
         "--json",
     ];
     args.extend_from_slice(extra);
-    let o = dspark(&args);
-    assert_ok(&o);
-    serde_json::from_slice(&o.stdout).expect("eval --json")
+    dspark_json(&args)
 }
 
 #[test]
@@ -105,12 +103,7 @@ fn real_pair_converts_in_both_layouts_and_speculates_losslessly() {
     let tau = a["mean_acceptance_length"].as_f64().unwrap();
     assert!(tau > 1.4, "tau {tau}");
     let plain = eval(&target, &dd, &prompts, &["--no-markov"]);
-    assert_eq!(plain["identical_to_ar"], true);
-    let tau_plain = plain["mean_acceptance_length"].as_f64().unwrap();
-    assert!(
-        tau > tau_plain + 0.1,
-        "tau {tau} vs {tau_plain} without the Markov head"
-    );
+    assert_markov_gain(tau, &plain, 0.1);
 }
 
 #[test]
@@ -142,9 +135,7 @@ fn chat_and_generate_chat_speculate_losslessly_on_the_real_pair() {
             "--json",
         ];
         args.extend_from_slice(extra);
-        let o = dspark(&args);
-        assert_ok(&o);
-        serde_json::from_slice(&o.stdout).unwrap()
+        dspark_json(&args)
     };
     for message in [
         "How do I keep basil alive indoors?",
