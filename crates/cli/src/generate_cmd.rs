@@ -108,8 +108,9 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub force: bool,
     /// Print one JSON object to stdout: `tokens`, `prompt_tokens`, `text` (with a
-    /// tokenizer), `chat_prompt` (the rendered conversation, with --chat) and `stats` (see
-    /// `dspark_runtime::generate::Stats`).
+    /// tokenizer; with --chat, the reply without the end-of-turn token's text, which
+    /// `tokens` keeps), `chat_prompt` (the rendered conversation, with --chat) and `stats`
+    /// (see `dspark_runtime::generate::Stats`).
     #[arg(long)]
     pub json: bool,
 }
@@ -196,6 +197,8 @@ pub(crate) fn parse_schedule(s: &str) -> Result<Schedule, String> {
 /// Streams committed tokens to stdout and rounds to the trace.
 struct Printer<'t> {
     stream: Option<TextStream<'t>>,
+    /// A token whose text is not printed (a chat's end of turn).
+    silent: Option<u32>,
     stdout: Option<std::io::Stdout>,
     ids: usize,
     trace: Option<BufWriter<&'t std::fs::File>>,
@@ -230,6 +233,9 @@ impl Observer for Printer<'_> {
         }
         let mut bytes = Vec::new();
         for &t in tokens {
+            if self.stream.is_some() && Some(t) == self.silent {
+                continue;
+            }
             match self.stream.as_mut() {
                 Some(s) => match s.push(t) {
                     Ok(b) => bytes.extend(b),
@@ -545,6 +551,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             .as_deref()
             .filter(|_| !a.json)
             .map(Tokenizer::stream),
+        silent: eos.filter(|_| chat),
         stdout: (!a.json).then(std::io::stdout),
         ids: 0,
         trace: trace_file.as_ref().map(|f| BufWriter::new(f.file())),
@@ -580,7 +587,13 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
             "stats": stats,
         });
         if let Some(t) = &tokenizer {
-            doc["text"] = json!(t.decode(&outcome.tokens).map_err(anyhow::Error::new)?);
+            // A chat's reply, as `chat` and `serve` give it: without the end-of-turn text
+            // (the token stays in `tokens`).
+            let reply = match outcome.tokens.split_last() {
+                Some((&last, body)) if chat && Some(last) == eos => body,
+                _ => &outcome.tokens[..],
+            };
+            doc["text"] = json!(t.decode(reply).map_err(anyhow::Error::new)?);
         }
         if let Some(c) = &chat_prompt {
             doc["chat_prompt"] = json!(c);

@@ -16,6 +16,7 @@ mod generate_cmd;
 mod inspect_cmd;
 mod load;
 mod mmap;
+mod serve;
 mod tokenize_cmd;
 mod verify_cmd;
 
@@ -58,6 +59,8 @@ enum Command {
     Chat(chat_cmd::ChatArgs),
     /// Tokenize a text with a GGUF's own vocabulary, as llama.cpp's llama-tokenize does.
     Tokenize(tokenize_cmd::TokenizeArgs),
+    /// Serve an OpenAI-compatible HTTP API (chat and text completions, llama-server's endpoints and metrics), speculatively with a drafter.
+    Serve(serve::ServeArgs),
 }
 
 /// How tokens are chosen (llama.cpp's flags and meanings; the truncations are off unless
@@ -238,8 +241,9 @@ macro_rules! usage {
     };
 }
 
-/// llama.cpp spells the draft model `-md`, a two-letter short option clap cannot take:
-/// it becomes `--model-draft` before parsing (only as a whole argument, before `--`).
+/// llama.cpp spells the draft model `-md` and the server's slots `-np`, two-letter short
+/// options clap cannot take: they become `--model-draft` and `--parallel` before parsing
+/// (only as whole arguments, before `--`).
 fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut out = Vec::new();
     let mut rest = false;
@@ -253,6 +257,8 @@ fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<st
             out.push(a);
         } else if a == "-md" {
             out.push("--model-draft".into());
+        } else if a == "-np" {
+            out.push("--parallel".into());
         } else if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("-md=")) {
             out.push(format!("--model-draft={v}").into());
         } else {
@@ -281,6 +287,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => eval_cmd::run(a),
         Command::Tokenize(a) => tokenize_cmd::run(a),
         Command::Chat(a) => chat_cmd::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

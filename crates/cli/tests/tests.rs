@@ -11,6 +11,7 @@ mod kimi_k3;
 mod llama_layout;
 mod llama_target;
 mod runtime_inputs;
+mod serve;
 mod smol_pair;
 mod smollm2;
 mod tokenize;

@@ -646,6 +646,14 @@ impl Plan {
         draft_max: None,
         rollback: None,
     };
+
+    /// A fresh schedule state for this plan with a drafter of `per_block` drafts a block.
+    pub fn planner(&self, per_block: usize) -> Planner {
+        Planner::new(
+            self.schedule,
+            self.draft_max.unwrap_or(per_block).min(per_block),
+        )
+    }
 }
 
 /// Speculative decoding with a drafter session (empty, for the same sequence), verifying
@@ -670,7 +678,30 @@ pub fn speculative_with(
     plan: Plan,
     obs: &mut dyn Observer,
 ) -> Result<Outcome> {
+    let mut planner = plan.planner(drafter.model().drafts_per_block());
+    speculative_planned(target, drafter, req, plan, &mut planner, obs)
+}
+
+/// [`speculative_with`] with the schedule's state given: what `planner` learnt in earlier
+/// runs (acceptance per depth, the costs of each step, the gate) goes on, and what this run
+/// learns stays in it, so a server's slot pays the schedule's warm-up once, not per request.
+/// `planner` must be [`Plan::planner`]'s for this plan and drafter.
+pub fn speculative_planned(
+    target: &mut dyn Target,
+    drafter: &mut DraftSession,
+    req: &Request<'_>,
+    plan: Plan,
+    planner: &mut Planner,
+    obs: &mut dyn Observer,
+) -> Result<Outcome> {
     let model = std::sync::Arc::clone(drafter.model());
+    let cap = plan.planner(model.drafts_per_block()).max();
+    if planner.max() != cap {
+        return Err(RuntimeError::Request(format!(
+            "the planner verifies up to {} drafts; this plan and drafter up to {cap}",
+            planner.max()
+        )));
+    }
     check_request(target, req)?;
     if drafter.len() != target.len() || drafter.capacity() < target.capacity() {
         return Err(RuntimeError::Request(format!(
@@ -700,11 +731,6 @@ pub fn speculative_with(
         target_step.saturating_add(model.step_bytes(drafter.capacity())),
         &format!("a speculative round (a block of {block}, logits for each row)"),
     )?;
-    let per_block = model.drafts_per_block();
-    let mut planner = Planner::new(
-        plan.schedule,
-        plan.draft_max.unwrap_or(per_block).min(per_block),
-    );
     let mut out = Output::new(req);
     // The prefill's forwards seed the cost of verifying as many tokens (a short
     // calibration that costs nothing); the first chunk also pages the weights in.

@@ -317,6 +317,11 @@ impl Planner {
         self.max
     }
 
+    /// Steps recorded so far (rounds and plain steps, over every run it planned).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
     /// The plan of a drafting round whose length the history alone sets (the whole block):
     /// a fixed schedule's, the warm-up's [`WARM_UP`] rounds (they measure the widest
     /// verify twice), every [`FULL_EVERY`]-th round's.

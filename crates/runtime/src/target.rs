@@ -115,6 +115,11 @@ pub trait Target {
     fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()>;
     /// The LM head applied to already-normed hidden states (`n × hidden` → `n × vocab`).
     fn lm_head(&self, hidden: &[f32], logits: &mut [f32]);
+    /// The session as `Any`, for a model that forwards several of its sessions at once
+    /// ([`TargetModel::forward_batch`]); `None` for sessions that cannot be batched.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// The rollback rule every session applies: `committed <= to <= len`.
@@ -156,4 +161,20 @@ pub trait TargetModel: Send + Sync {
     /// A session on these weights, sized by `options`; refused (with the byte count) when
     /// the machine cannot hold it, or when its positions exceed the context.
     fn session(self: Arc<Self>, options: &SessionOptions) -> Result<Box<dyn Target + Send>>;
+    /// Forwards of several sessions at once: each `(session, tokens)` gets what
+    /// `session.forward(tokens, capture, logits)` alone gives it, bit for bit, and is
+    /// changed as it would change it. A model that can run them as one forward over all
+    /// their columns (the decoder targets: weights read once for every session) does; the
+    /// default runs them one after the other.
+    fn forward_batch(
+        &self,
+        batch: &mut [(&mut dyn Target, &[u32])],
+        capture: &[usize],
+        logits: Logits,
+    ) -> Vec<Result<Forward>> {
+        batch
+            .iter_mut()
+            .map(|(s, t)| s.forward(t, capture, logits))
+            .collect()
+    }
 }

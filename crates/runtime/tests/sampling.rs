@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dspark_runtime::generate::{
-    autoregressive, speculative_with, Observer, Plan, Quiet, Request, Round,
+    autoregressive, speculative_planned, speculative_with, Observer, Plan, Quiet, Request, Round,
 };
 use dspark_runtime::sampling::{Sampler, Sampling};
 use dspark_runtime::schedule::Schedule;
@@ -361,6 +361,30 @@ fn speculative_sampling_has_the_targets_law_per_position_and_jointly() {
             let (t, count) = tally(K, outputs);
             assert_matches(&format!("{s:?}, plan {pi}"), &t, count, &law, K);
         }
+        // Adaptive with one schedule state carried from run to run (a server's slot): still
+        // the target's law, and the state goes on growing.
+        let adaptive = plans[3];
+        let mut planner = adaptive.planner(drafter.drafts_per_block());
+        let mut steps = 0;
+        let outputs: Vec<Vec<u32>> = (0..n as u64)
+            .map(|seed| {
+                let req = request(&prompt, K, Sampling { seed, ..s });
+                let mut t = Toy {
+                    capacity: 256,
+                    ..toy.clone()
+                };
+                let mut d = drafter.session(256).unwrap();
+                let out =
+                    speculative_planned(&mut t, &mut d, &req, adaptive, &mut planner, &mut Quiet)
+                        .unwrap()
+                        .tokens;
+                assert!(planner.steps() > steps, "the state carries over");
+                steps = planner.steps();
+                out
+            })
+            .collect();
+        let (t, count) = tally(K, outputs.into_iter());
+        assert_matches(&format!("{s:?}, carried planner"), &t, count, &law, K);
         // Target-only sampling, through the same harness.
         let outputs = (0..n as u64).map(|seed| {
             let req = request(&prompt, K, Sampling { seed, ..s });

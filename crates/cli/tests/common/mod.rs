@@ -327,7 +327,7 @@ pub fn edge_values(n: usize) -> Vec<f32> {
     out
 }
 
-fn python() -> String {
+pub fn python() -> String {
     std::env::var("DSPARK_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 

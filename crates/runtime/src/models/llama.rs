@@ -159,4 +159,12 @@ impl TargetModel for Llama {
             options.attention,
         )?))
     }
+    fn forward_batch(
+        &self,
+        batch: &mut [(&mut dyn Target, &[u32])],
+        capture: &[usize],
+        logits: crate::target::Logits,
+    ) -> Vec<Result<crate::target::Forward>> {
+        crate::nn::decoder::forward_batch::<Llama>(batch, capture, logits)
+    }
 }

@@ -179,4 +179,12 @@ impl crate::target::TargetModel for Qwen3 {
             options.attention,
         )?))
     }
+    fn forward_batch(
+        &self,
+        batch: &mut [(&mut dyn Target, &[u32])],
+        capture: &[usize],
+        logits: crate::target::Logits,
+    ) -> Vec<Result<crate::target::Forward>> {
+        crate::nn::decoder::forward_batch::<Qwen3>(batch, capture, logits)
+    }
 }

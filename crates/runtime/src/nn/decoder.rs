@@ -166,6 +166,32 @@ impl<M: HasDecoder> DecoderSession<M> {
     pub fn model(&self) -> &Arc<M> {
         &self.model
     }
+
+    /// Refuses a forward of `tokens` capturing `capture` that this session cannot take
+    /// (nothing changed): no tokens, a token outside the vocabulary, positions beyond its
+    /// capacity, a layer that does not exist, weights whose values fail their check.
+    fn check(&self, tokens: &[u32], capture: &[usize]) -> Result<()> {
+        let d = self.model.decoder();
+        let (n, p0) = (tokens.len(), self.len);
+        if n == 0 {
+            return Err(RuntimeError::Request(
+                "a forward needs at least one token".into(),
+            ));
+        }
+        if p0 + n > self.kv.capacity() {
+            return Err(RuntimeError::Request(format!(
+                "the session holds {} positions: {p0} + {n} do not fit",
+                self.kv.capacity()
+            )));
+        }
+        if let Some(&bad) = capture.iter().find(|&&l| l >= d.layers.len()) {
+            return Err(RuntimeError::Request(format!(
+                "cannot capture layer {bad} of {}",
+                d.layers.len()
+            )));
+        }
+        d.check_weights()
+    }
 }
 
 #[allow(private_bounds)]
@@ -215,158 +241,281 @@ impl<M: HasDecoder> Target for DecoderSession<M> {
     }
 
     fn forward(&mut self, tokens: &[u32], capture: &[usize], which: Logits) -> Result<Forward> {
+        self.check(tokens, capture)?;
         let model = Arc::clone(&self.model);
-        let d = model.decoder();
-        let bytes = d.bytes();
-        let dims = d.dims;
-        let (n, h, hd) = (tokens.len(), dims.hidden, dims.head_dim);
-        let p0 = self.len;
-        if n == 0 {
-            return Err(RuntimeError::Request(
-                "a forward needs at least one token".into(),
-            ));
+        let mut f = forward_many(model.decoder(), &mut [self], &[tokens], capture, which)?;
+        Ok(f.pop().expect("one forward per session"))
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+/// [`crate::target::TargetModel::forward_batch`] for the decoder targets: the sessions of
+/// one model and one attention setting that pass their own checks run as one forward over
+/// all their columns ([`forward_many`]); any other runs alone.
+pub(crate) fn forward_batch<M: HasDecoder>(
+    batch: &mut [(&mut dyn Target, &[u32])],
+    capture: &[usize],
+    which: Logits,
+) -> Vec<Result<Forward>> {
+    let mut out: Vec<Option<Result<Forward>>> = (0..batch.len()).map(|_| None).collect();
+    let mut first: Option<(Arc<M>, Attention)> = None;
+    let mut joins = vec![false; batch.len()];
+    for (i, (s, tokens)) in batch.iter_mut().enumerate() {
+        let Some(ds) = s
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<DecoderSession<M>>())
+        else {
+            continue;
+        };
+        let same = first
+            .as_ref()
+            .is_none_or(|(m, a)| Arc::ptr_eq(m, &ds.model) && *a == ds.attention);
+        match ds.check(tokens, capture) {
+            Err(e) => out[i] = Some(Err(e)),
+            Ok(()) if same => {
+                first.get_or_insert_with(|| (Arc::clone(&ds.model), ds.attention));
+                joins[i] = true;
+            }
+            Ok(()) => {}
         }
-        if p0 + n > self.kv.capacity() {
-            return Err(RuntimeError::Request(format!(
-                "the session holds {} positions: {p0} + {n} do not fit",
-                self.kv.capacity()
-            )));
+    }
+    let mut sessions: Vec<&mut DecoderSession<M>> = Vec::new();
+    let mut tokens: Vec<&[u32]> = Vec::new();
+    let mut at = Vec::new();
+    for (i, (s, t)) in batch.iter_mut().enumerate() {
+        if joins[i] {
+            let ds = s
+                .as_any_mut()
+                .and_then(|a| a.downcast_mut::<DecoderSession<M>>())
+                .expect("checked above");
+            sessions.push(ds);
+            tokens.push(t);
+            at.push(i);
         }
-        if let Some(&bad) = capture.iter().find(|&&l| l >= d.layers.len()) {
-            return Err(RuntimeError::Request(format!(
-                "cannot capture layer {bad} of {}",
-                d.layers.len()
-            )));
-        }
-        d.check_weights()?;
-        let (qd, kvd) = (dims.heads * hd, dims.kv_heads * hd);
-        let group = dims.heads / dims.kv_heads;
-        let mut x = vec![0.0f32; n * h];
-        d.embed(tokens, &mut x)?;
-        let mut captured = vec![0.0f32; n * capture.len() * h];
-        let (mut normed, mut q, mut k, mut v) = (
-            vec![0.0f32; n * h],
-            vec![0.0f32; n * qd],
-            vec![0.0f32; n * kvd],
-            vec![0.0f32; n * kvd],
-        );
-        let mut attn = vec![0.0f32; n * qd];
-        let tables = d.rotary.tables(p0, n);
-        let f16 = self.attention == Attention::F16;
-        for (li, lw) in d.layers.iter().enumerate() {
-            // 1. Attention input norm, projections, per-head norms and the rotation.
-            norm_rows(&x, &lw.attn_norm, d.eps, &mut normed);
-            lw.qkv(bytes, &normed, &mut q, &mut k, &mut v);
-            norm_rotate_heads(&mut q, qd, lw.q_norm.as_deref(), d.eps, &d.rotary, &tables);
-            norm_rotate_heads(&mut k, kvd, lw.k_norm.as_deref(), d.eps, &d.rotary, &tables);
-            // 2. Keys and values into the cache (as F16 values when attention is F16, as
-            //    llama.cpp's F16 cache holds them).
-            if f16 {
-                for a in k.iter_mut().chain(v.iter_mut()) {
-                    *a = round_f16(*a);
+    }
+    if let Some((model, _)) = &first {
+        match forward_many(model.decoder(), &mut sessions, &tokens, capture, which) {
+            Ok(fs) => {
+                for (i, f) in at.into_iter().zip(fs) {
+                    out[i] = Some(Ok(f));
                 }
             }
-            self.kv.write(li, p0, &k, &v);
-            // 3. Causal GQA attention: position p0 + t reads keys 0..=p0 + t. Each task is
-            //    one position's group of query heads sharing a KV head; tasks run in
-            //    parallel, each one's arithmetic the same whatever runs beside it.
-            let (kc, vc) = (self.kv.keys(li), self.kv.values(li));
-            let q = &q;
-            let scale = d.kq_scale;
-            if f16 && n >= FA_TILE {
-                // A prompt's forward: llama.cpp's tiled flash attention.
-                attn.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
-                    let (t, head) = (i / dims.heads, i % dims.heads);
+            Err(e) => {
+                let msg = e.to_string();
+                for i in at {
+                    out[i] = Some(Err(RuntimeError::Request(msg.clone())));
+                }
+            }
+        }
+    }
+    drop(sessions);
+    for (i, (s, t)) in batch.iter_mut().enumerate() {
+        if out[i].is_none() {
+            out[i] = Some(s.forward(t, capture, which));
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every session answered"))
+        .collect()
+}
+
+/// One forward over the columns of several sessions of the decoder `d` (each checked, one
+/// attention setting): each session's tokens appended at its own positions, attention over
+/// its own cache, each column's arithmetic what that session's forward alone computes
+/// (matrix products column by column; norms, RoPE and attention per row). A session of
+/// [`FA_TILE`] rows or more keeps llama.cpp's tiled attention of a prompt; with
+/// [`Logits::Last`] each session's last row gives logits.
+fn forward_many<M: HasDecoder>(
+    d: &Decoder,
+    sessions: &mut [&mut DecoderSession<M>],
+    tokens: &[&[u32]],
+    capture: &[usize],
+    which: Logits,
+) -> Result<Vec<Forward>> {
+    let bytes = d.bytes();
+    let dims = d.dims;
+    let (h, hd) = (dims.hidden, dims.head_dim);
+    let ns: Vec<usize> = tokens.iter().map(|t| t.len()).collect();
+    let starts: Vec<usize> = ns
+        .iter()
+        .scan(0, |acc, &k| {
+            let s = *acc;
+            *acc += k;
+            Some(s)
+        })
+        .collect();
+    let n: usize = ns.iter().sum();
+    let p0s: Vec<usize> = sessions.iter().map(|s| s.len).collect();
+    // Row r of the forward: (its session, its index there).
+    let rows: Vec<(usize, usize)> = ns
+        .iter()
+        .enumerate()
+        .flat_map(|(si, &k)| (0..k).map(move |t| (si, t)))
+        .collect();
+    let (qd, kvd) = (dims.heads * hd, dims.kv_heads * hd);
+    let group = dims.heads / dims.kv_heads;
+    let all: Vec<u32> = tokens.concat();
+    let mut x = vec![0.0f32; n * h];
+    d.embed(&all, &mut x)?;
+    let mut captured = vec![0.0f32; n * capture.len() * h];
+    let (mut normed, mut q, mut k, mut v) = (
+        vec![0.0f32; n * h],
+        vec![0.0f32; n * qd],
+        vec![0.0f32; n * kvd],
+        vec![0.0f32; n * kvd],
+    );
+    let mut attn = vec![0.0f32; n * qd];
+    let tables: Vec<_> = p0s
+        .iter()
+        .zip(&ns)
+        .map(|(&p0, &k)| d.rotary.tables(p0, k))
+        .collect();
+    let f16 = sessions[0].attention == Attention::F16;
+    let span = |w: usize, si: usize| starts[si] * w..(starts[si] + ns[si]) * w;
+    for (li, lw) in d.layers.iter().enumerate() {
+        // 1. Attention input norm, projections, per-head norms and the rotation.
+        norm_rows(&x, &lw.attn_norm, d.eps, &mut normed);
+        lw.qkv(bytes, &normed, &mut q, &mut k, &mut v);
+        for (si, t) in tables.iter().enumerate() {
+            let (qn, kn) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
+            norm_rotate_heads(&mut q[span(qd, si)], qd, qn, d.eps, &d.rotary, t);
+            norm_rotate_heads(&mut k[span(kvd, si)], kvd, kn, d.eps, &d.rotary, t);
+        }
+        // 2. Keys and values into each session's cache (as F16 values when attention is
+        //    F16, as llama.cpp's F16 cache holds them).
+        if f16 {
+            for a in k.iter_mut().chain(v.iter_mut()) {
+                *a = round_f16(*a);
+            }
+        }
+        for (si, s) in sessions.iter_mut().enumerate() {
+            s.kv.write(li, p0s[si], &k[span(kvd, si)], &v[span(kvd, si)]);
+        }
+        // 3. Causal GQA attention: a session's position p0 + t reads its keys 0..=p0 + t.
+        //    Each task is one row's query head (F16) or one row's group of query heads
+        //    sharing a KV head (f32); tasks run in parallel, each one's arithmetic the same
+        //    whatever runs beside it.
+        let kvs: Vec<(&[f32], &[f32])> = sessions
+            .iter()
+            .map(|s| (s.kv.keys(li), s.kv.values(li)))
+            .collect();
+        let q = &q;
+        let scale = d.kq_scale;
+        if f16 {
+            // A prompt's rows (a session's forward of FA_TILE rows or more) by llama.cpp's
+            // tiled flash attention; decode and verify rows (and short prompts) by the
+            // one-chunk kernel, split among llama.cpp's threads as it splits a decode
+            // step's keys.
+            let (prompt, threads) = (
+                dspark_quant::gemm::in_prompt_order(),
+                rayon::current_num_threads(),
+            );
+            attn.par_chunks_mut(hd).enumerate().for_each_init(
+                || vec![0.0f32; hd],
+                |q16, (i, out)| {
+                    let (row, head) = (i / dims.heads, i % dims.heads);
+                    let (si, t) = rows[row];
+                    let (kc, vc) = kvs[si];
                     let kvh = head / group;
-                    attend_tiled(
-                        &q[i * hd..(i + 1) * hd],
-                        &kc[kvh * hd..],
-                        &vc[kvh * hd..],
+                    let view = p0s[si] + t + 1;
+                    let qi = &q[i * hd..(i + 1) * hd];
+                    let (kc, vc) = (&kc[kvh * hd..], &vc[kvh * hd..]);
+                    if ns[si] >= FA_TILE {
+                        attend_tiled(qi, kc, vc, kvd, view, scale, out);
+                        return;
+                    }
+                    for (a, &b) in q16.iter_mut().zip(qi) {
+                        *a = round_f16(b);
+                    }
+                    let chunks = kv_chunks(ns[si], view, prompt, threads);
+                    attend_f16(q16, kc, vc, kvd, view, scale, out, chunks);
+                },
+            );
+        } else {
+            let longest = p0s.iter().zip(&ns).map(|(p, k)| p + k).max().unwrap_or(0);
+            attn.par_chunks_mut(group * hd).enumerate().for_each_init(
+                || Vec::with_capacity(group * longest),
+                |scores, (i, out)| {
+                    let (row, kvh) = (i / dims.kv_heads, i % dims.kv_heads);
+                    let (si, t) = rows[row];
+                    let (kc, vc) = kvs[si];
+                    let span = Span {
+                        keys: &kc[kvh * hd..],
+                        values: &vc[kvh * hd..],
+                        count: p0s[si] + t + 1,
+                    };
+                    attend_group(
+                        &q[i * group * hd..(i + 1) * group * hd],
+                        hd,
                         kvd,
-                        p0 + t + 1,
+                        &[span],
                         scale,
+                        scores,
                         out,
                     );
-                });
-            } else if f16 {
-                // Decode and verify rows (and short prompts) by the one-chunk kernel, split
-                // among llama.cpp's threads as it splits a decode step's keys.
-                let (prompt, threads) = (
-                    dspark_quant::gemm::in_prompt_order(),
-                    rayon::current_num_threads(),
-                );
-                attn.par_chunks_mut(hd).enumerate().for_each_init(
-                    || vec![0.0f32; hd],
-                    |q16, (i, out)| {
-                        let (t, head) = (i / dims.heads, i % dims.heads);
-                        let kvh = head / group;
-                        for (a, &b) in q16.iter_mut().zip(&q[i * hd..(i + 1) * hd]) {
-                            *a = round_f16(b);
-                        }
-                        attend_f16(
-                            q16,
-                            &kc[kvh * hd..],
-                            &vc[kvh * hd..],
-                            kvd,
-                            p0 + t + 1,
-                            scale,
-                            out,
-                            kv_chunks(n, p0 + t + 1, prompt, threads),
-                        );
-                    },
-                );
-            } else {
-                attn.par_chunks_mut(group * hd).enumerate().for_each_init(
-                    || Vec::with_capacity(group * (p0 + n)),
-                    |scores, (i, out)| {
-                        let (t, kvh) = (i / dims.kv_heads, i % dims.kv_heads);
-                        let span = Span {
-                            keys: &kc[kvh * hd..],
-                            values: &vc[kvh * hd..],
-                            count: p0 + t + 1,
-                        };
-                        attend_group(
-                            &q[i * group * hd..(i + 1) * group * hd],
-                            hd,
-                            kvd,
-                            &[span],
-                            scale,
-                            scores,
-                            out,
-                        );
-                    },
-                );
-            }
-            lw.output_residual(bytes, &attn, &mut x);
-            // 4. SwiGLU FFN. After the last layer's attention only the rows that give
-            // logits go on, as in llama.cpp's graph (`inp_out_ids`): with `Logits::Last`
-            // the last layer's FFN runs on the last row alone (unless the layer is
-            // captured), so a prompt's last FFN products are one-column ones there too.
-            let rows_on =
-                if which == Logits::Last && li + 1 == d.layers.len() && !capture.contains(&li) {
-                    (n - 1) * h
-                } else {
-                    0
-                };
-            lw.ffn_residual(bytes, &mut x[rows_on..], dims, d.eps);
-            // 5. Capture: the residual stream after this layer, before the final norm.
-            for (slot, _) in capture.iter().enumerate().filter(|(_, &l)| l == li) {
-                for t in 0..n {
-                    let dst = (t * capture.len() + slot) * h;
-                    captured[dst..dst + h].copy_from_slice(&x[t * h..(t + 1) * h]);
-                }
+                },
+            );
+        }
+        lw.output_residual(bytes, &attn, &mut x);
+        // 4. SwiGLU FFN. After the last layer's attention only the rows that give
+        // logits go on, as in llama.cpp's graph (`inp_out_ids`): a single session's
+        // forward with `Logits::Last` runs the last layer's FFN on its last row alone
+        // (unless the layer is captured), so a prompt's last FFN products are one-column
+        // ones there too. With several sessions every row goes on: each column's
+        // arithmetic is the same either way.
+        let rows_on = if which == Logits::Last
+            && sessions.len() == 1
+            && li + 1 == d.layers.len()
+            && !capture.contains(&li)
+        {
+            (n - 1) * h
+        } else {
+            0
+        };
+        lw.ffn_residual(bytes, &mut x[rows_on..], dims, d.eps);
+        // 5. Capture: the residual stream after this layer, before the final norm.
+        for (slot, _) in capture.iter().enumerate().filter(|(_, &l)| l == li) {
+            for t in 0..n {
+                let dst = (t * capture.len() + slot) * h;
+                captured[dst..dst + h].copy_from_slice(&x[t * h..(t + 1) * h]);
             }
         }
-        // 6. Final norm and the LM head on the rows asked for.
-        let rows = match which {
-            Logits::All => &x[..],
-            Logits::Last => &x[(n - 1) * h..],
-        };
-        let mut normed_rows = vec![0.0f32; rows.len()];
-        norm_rows(rows, &d.output_norm, d.eps, &mut normed_rows);
-        let mut logits = try_zeroed(rows.len() / h * d.vocab, "the target's logits")?;
-        d.lm_head(&normed_rows, &mut logits);
-        self.len = p0 + n;
-        Ok(Forward { logits, captured })
     }
+    // 6. Final norm and the LM head on the rows asked for.
+    let picked: Vec<f32>;
+    let rows_in: &[f32] = match which {
+        Logits::All => &x[..],
+        Logits::Last if sessions.len() == 1 => &x[(n - 1) * h..],
+        Logits::Last => {
+            picked = starts
+                .iter()
+                .zip(&ns)
+                .flat_map(|(&s0, &k)| x[(s0 + k - 1) * h..(s0 + k) * h].iter().copied())
+                .collect();
+            &picked
+        }
+    };
+    let mut normed_rows = vec![0.0f32; rows_in.len()];
+    norm_rows(rows_in, &d.output_norm, d.eps, &mut normed_rows);
+    let mut logits = try_zeroed(rows_in.len() / h * d.vocab, "the target's logits")?;
+    d.lm_head(&normed_rows, &mut logits);
+    for (si, s) in sessions.iter_mut().enumerate() {
+        s.len = p0s[si] + ns[si];
+    }
+    if sessions.len() == 1 {
+        return Ok(vec![Forward { logits, captured }]);
+    }
+    let cap = capture.len() * h;
+    Ok((0..sessions.len())
+        .map(|si| Forward {
+            logits: match which {
+                Logits::All => logits[span(d.vocab, si)].to_vec(),
+                Logits::Last => logits[si * d.vocab..(si + 1) * d.vocab].to_vec(),
+            },
+            captured: captured[span(cap, si)].to_vec(),
+        })
+        .collect())
 }

@@ -1,0 +1,387 @@
+//! `dspark serve` on the real pair (SmolLM2-135M-Instruct and the drafter trained for it),
+//! driven by the real `openai` Python client (`tests/python/serve_client.py`): chat and
+//! text completions, streamed and whole, equal `dspark generate`'s greedy text; eight
+//! concurrent streams equal their sequential outputs; a client that goes away frees its
+//! slot; every error has its status and OpenAI's shape; the API key guards every endpoint
+//! but /health; /metrics counts the speculation; a full queue answers 503 with
+//! Retry-After; SIGTERM ends the server cleanly, exit 0, within 5 s.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const KEY: &str = "test-key-0123";
+const N: usize = 24;
+
+/// A running server: killed on drop if the test did not stop it.
+struct Server {
+    child: Child,
+    url: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dspark"))
+            .arg("serve")
+            .args(["--port", "0", "--chat-date", "2026-12-03"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("the server did not start: {:?}", child.try_wait()));
+            if let Some(rest) = line.strip_prefix("dspark: listening on ") {
+                let url = rest.split_whitespace().next().unwrap().to_string();
+                return Server {
+                    child,
+                    url,
+                    stderr: rx,
+                };
+            }
+        }
+    }
+
+    /// SIGTERM; the exit status and how long the server took to exit.
+    fn terminate(&mut self) -> (std::process::ExitStatus, Duration) {
+        let t = Instant::now();
+        let o = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, t.elapsed());
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the server ignored SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client(server: &Server, cases: &serde_json::Value, tmp: &Tmp) -> serde_json::Value {
+    let path = tmp.path("cases.json");
+    std::fs::write(&path, cases.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/serve_client.py");
+    let o = Command::new(python())
+        .arg(script)
+        .args([&server.url, KEY, s(&path)])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run the README's test command",
+                python()
+            )
+        });
+    assert!(
+        o.status.success(),
+        "serve_client.py failed (is `openai` installed? see README)\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("one JSON object")
+}
+
+fn smol_draft(tmp: &Tmp) -> PathBuf {
+    let out = tmp.path("draft.gguf");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/smol-pair/draft");
+    assert_ok(&dspark(&["convert", s(&src), "-o", s(&out), "-q"]));
+    out
+}
+
+fn heldout(n: usize) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/smol-pair/heldout.jsonl"),
+    )
+    .unwrap();
+    text.lines()
+        .take(n)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["messages"].clone())
+        .collect()
+}
+
+/// `generate --chat --json`'s reply to `messages`, and its token count.
+fn generate_chat(
+    target: &Path,
+    draft: &Path,
+    messages: &serde_json::Value,
+    tmp: &Tmp,
+) -> (String, usize) {
+    let f = tmp.path("messages.json");
+    std::fs::write(&f, messages.to_string()).unwrap();
+    let n = N.to_string();
+    let v = dspark_json(&[
+        "generate",
+        "-m",
+        s(target),
+        "-md",
+        s(draft),
+        "--messages",
+        s(&f),
+        "-n",
+        &n,
+        "--json",
+        "--chat-date",
+        "2026-12-03",
+    ]);
+    (
+        v["text"].as_str().unwrap().to_string(),
+        v["tokens"].as_array().unwrap().len(),
+    )
+}
+
+fn assert_error(name: &str, got: &serde_json::Value, status: u64, param: Option<&str>) {
+    assert_eq!(got[0], status, "{name}: {got}");
+    let body: serde_json::Value = serde_json::from_str(got[1].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{name}: the body is not JSON ({e}): {got}"));
+    let e = &body["error"];
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{name}: {body}"
+    );
+    assert!(e["type"].is_string(), "{name}: {body}");
+    assert_eq!(e["code"], status, "{name}: {body}");
+    assert!(
+        e.as_object().unwrap().contains_key("param"),
+        "{name}: {body}"
+    );
+    if let Some(p) = param {
+        assert_eq!(e["param"], p, "{name}: {body}");
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn serve_answers_openai_clients_as_generate_does() {
+    let tmp = Tmp::new();
+    let target = crate::smollm2::smollm2();
+    let draft = smol_draft(&tmp);
+    let chats = heldout(3);
+    let long = serde_json::json!([{"role": "user", "content": "Count from 1 to 1000, one number per line."}]);
+    let texts = ["The capital of France is", "def fibonacci(n):"];
+    let mut server = Server::start(&[
+        "-m",
+        s(&target),
+        "-md",
+        s(&draft),
+        "-np",
+        "4",
+        "-t",
+        "2",
+        "--api-key",
+        KEY,
+    ]);
+    let cases = serde_json::json!({
+        "chat": chats, "text": texts, "max_tokens": N, "concurrent": 8, "long": long,
+    });
+    let got = client(&server, &cases, &tmp);
+
+    // Chat at T = 0: whole, streamed and generate's replies are one text.
+    let mut expected = Vec::new();
+    for (i, m) in chats.iter().enumerate() {
+        let (text, tokens) = generate_chat(&target, &draft, m, &tmp);
+        let c = &got["chat"][i];
+        assert_eq!(c["whole"], text.as_str(), "chat {i}");
+        assert_eq!(c["stream"], text.as_str(), "chat {i} streamed");
+        assert_eq!(c["usage"]["completion_tokens"], tokens, "chat {i}");
+        assert_eq!(c["stream_usage"], c["usage"], "chat {i}");
+        let finish = if tokens < N { "stop" } else { "length" };
+        assert_eq!(c["finish"], finish, "chat {i}");
+        assert_eq!(c["stream_finish"], finish, "chat {i}");
+        let t = &c["timings"];
+        assert_eq!(t["predicted_n"], tokens, "{t}");
+        assert!(
+            t["draft_n"].as_u64().is_some() && t["draft_n_accepted"].as_u64().is_some(),
+            "{t}"
+        );
+        expected.push(text);
+    }
+    // Eight streams at once: each equals its sequential output.
+    for (i, text) in got["concurrent"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            text,
+            expected[i % expected.len()].as_str(),
+            "concurrent stream {i}"
+        );
+    }
+    // Text completions: generate's plain prompt.
+    for (i, p) in texts.iter().enumerate() {
+        let n = N.to_string();
+        let v = dspark_json(&[
+            "generate",
+            "-m",
+            s(&target),
+            "-md",
+            s(&draft),
+            "-p",
+            p,
+            "-n",
+            &n,
+            "--json",
+        ]);
+        assert_eq!(got["text"][i]["whole"], v["text"], "text {i}");
+        assert_eq!(got["text"][i]["stream"], v["text"], "text {i} streamed");
+    }
+    // A client that leaves frees its slot.
+    assert_eq!(
+        got["disconnect"]["processing_during"], 1.0,
+        "{}",
+        got["disconnect"]
+    );
+    assert_eq!(
+        got["disconnect"]["processing_after"], 0.0,
+        "{}",
+        got["disconnect"]
+    );
+    // Errors: status and shape.
+    let e = &got["errors"];
+    assert_error("bad_json", &e["bad_json"], 400, None);
+    assert_error("no_messages", &e["no_messages"], 400, Some("messages"));
+    assert_error(
+        "messages_not_array",
+        &e["messages_not_array"],
+        400,
+        Some("messages"),
+    );
+    assert_error("n_2", &e["n_2"], 400, Some("n"));
+    assert_error("client_n_3", &e["client_n_3"], 400, Some("n"));
+    assert_error(
+        "bad_temperature",
+        &e["bad_temperature"],
+        400,
+        Some("temperature"),
+    );
+    assert_error("too_long", &e["too_long"], 400, Some("max_tokens"));
+    assert_error("bad_token", &e["bad_token"], 400, Some("prompt"));
+    assert_error("no_such_path", &e["no_such_path"], 404, None);
+    assert_error("no_key", &e["no_key"], 401, None);
+    assert_error("wrong_key", &e["wrong_key"], 401, None);
+    assert_error("too_large", &e["too_large"], 413, None);
+    assert_eq!(e["health_no_key"][0], 200, "{}", e["health_no_key"]);
+    // llama-server's auxiliary endpoints.
+    assert_eq!(
+        got["models"]["data"][0]["id"],
+        "SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    assert_eq!(
+        got["tokenize"]["tokens"][1]["piece"], " world",
+        "{}",
+        got["tokenize"]
+    );
+    assert_eq!(got["detokenize"]["content"], "Hello world");
+    let rendered = got["apply_template"]["prompt"].as_str().unwrap();
+    assert!(rendered.ends_with("<|im_start|>assistant\n"), "{rendered}");
+    // Metrics count what was served.
+    let m = got["metrics"].as_str().unwrap();
+    let drafts = metric(m, "llamacpp:spec_decode_num_drafts_total");
+    let accepted = metric(m, "llamacpp:spec_decode_num_accepted_tokens_total");
+    let per_pos: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(drafts > 0.0, "{m}");
+    assert_eq!(per_pos, accepted, "{m}");
+    assert!(metric(m, "llamacpp:spec_decode_num_draft_tokens_total") >= accepted);
+    assert!(metric(m, "llamacpp:prompt_tokens_total") > 0.0);
+    let served: u64 = got["chat"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| 2 * c["usage"]["completion_tokens"].as_u64().unwrap())
+        .sum();
+    assert!(
+        metric(m, "llamacpp:tokens_predicted_total") >= served as f64,
+        "{m}"
+    );
+    // The concurrent streams' steps ran batched: some forwards held several slots.
+    let forwards = metric(m, "dspark:batched_forwards_total");
+    assert!(forwards > 0.0, "{m}");
+    assert!(
+        metric(m, "dspark:batched_forward_slots_total") > forwards,
+        "{m}"
+    );
+    assert!(metric(m, "llamacpp:n_busy_slots_per_decode") > 1.0, "{m}");
+    assert_eq!(metric(m, "llamacpp:requests_processing"), 0.0);
+    assert_eq!(metric(m, "llamacpp:requests_deferred"), 0.0);
+
+    // SIGTERM: a clean exit, 0, within 5 s.
+    let (status, took) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let log: Vec<String> = server.stderr.try_iter().collect();
+    assert!(log.iter().any(|l| l.contains("shutting down")), "{log:?}");
+}
+
+#[test]
+fn a_full_queue_answers_503_and_nothing_is_lost() {
+    let tmp = Tmp::new();
+    let target = crate::smollm2::smollm2();
+    let server = Server::start(&[
+        "-m",
+        s(&target),
+        "-np",
+        "1",
+        "--queue",
+        "1",
+        "-t",
+        "1",
+        "--api-key",
+        KEY,
+    ]);
+    let long = serde_json::json!([{"role": "user", "content": "Count from 1 to 1000, one number per line."}]);
+    let got = client(&server, &serde_json::json!({"busy": 4, "long": long}), &tmp);
+    let results = got["results"].as_array().unwrap();
+    let ok = results.iter().filter(|r| r[0] == 200).count();
+    let busy: Vec<_> = results.iter().filter(|r| r[0] == 503).collect();
+    assert_eq!(ok + busy.len(), 4, "every request answered: {got}");
+    assert!(
+        ok >= 2,
+        "the running request and the queued one are served: {got}"
+    );
+    assert!(!busy.is_empty(), "beyond the queue: 503: {got}");
+    for r in &busy {
+        assert_error("busy", &serde_json::json!([r[0], r[1]]), 503, None);
+        assert_eq!(r[2], "1", "Retry-After: {r}");
+    }
+    for r in results.iter().filter(|r| r[0] == 200) {
+        let v: serde_json::Value = serde_json::from_str(r[1].as_str().unwrap()).unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 64, "{v}");
+    }
+    assert_eq!(got["deferred_after"], 0.0);
+    assert_eq!(got["processing_after"], 0.0);
+    assert_eq!(got["rejected"], busy.len() as f64);
+}
