@@ -96,7 +96,9 @@ async def main():
         "latency_p50_s": pct(lat, 0.5), "latency_p99_s": pct(lat, 0.99),
         "ttft_p50_s": pct(ttft, 0.5), "ttft_p99_s": pct(ttft, 0.99),
         "rss_kib": {"first": rss[0] if rss else None, "max": max(rss) if rss else None,
-                    "last": rss[-1] if rss else None, "samples": len(rss)},
+                    "last": rss[-1] if rss else None, "samples": len(rss),
+                    "max_first_half": max(rss[:len(rss) // 2]) if len(rss) >= 2 else None,
+                    "max_second_half": max(rss[len(rss) // 2:]) if len(rss) >= 2 else None},
         "texts": [r.get("text") for r in results],
     }))
 

@@ -69,6 +69,7 @@ pub struct Defaults {
 pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.body_limit;
     Router::new()
+        .route("/", get(page))
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .route("/v1/models", get(models))
@@ -158,9 +159,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The API key (every path but the health check) and the count of answers by status.
+/// The API key (every path but the health check and the static chat page) and the count
+/// of answers by status.
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let open = matches!(req.uri().path(), "/health" | "/v1/health");
+    // The health check, and the chat page (static: the requests it makes carry the key).
+    let open = matches!(req.uri().path(), "/health" | "/v1/health" | "/");
     let response = if let (Some(key), false) = (&s.key, open) {
         let given = req
             .headers()
@@ -209,6 +212,13 @@ async fn method_not_allowed(req: Request) -> ApiError {
         message: format!("{} does not take {}", req.uri().path(), req.method()),
         param: None,
     }
+}
+
+/// The chat page: a conversation streamed from `/v1/chat/completions`, each piece marked
+/// by where its tokens came from (accepted drafts or the target), with the speed and the
+/// acceptance live.
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("page.html"))
 }
 
 async fn health(State(s): State<Arc<Shared>>) -> Response {
@@ -486,46 +496,31 @@ fn tokenize_text(
 async fn chat_completions(
     State(s): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let o = match object(body, s.body_limit) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
-    let p = match params(&o, &s.defaults) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+) -> Result<Response, ApiError> {
+    let o = object(body, s.body_limit)?;
+    let p = params(&o, &s.defaults)?;
     let s2 = Arc::clone(&s);
     let prompt = blocking(move || {
         let text = render(&s2, o.get("messages"))?;
         tokenize_text(&s2, &text, true, "messages")
     })
-    .await;
-    match prompt {
-        Ok(prompt) => generate(s, prompt, p, Kind::Chat, "messages").await,
-        Err(e) => e.into_response(),
-    }
+    .await?;
+    generate(s, prompt, p, Kind::Chat, "messages").await
 }
 
 async fn completions(
     State(s): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let o = match object(body, s.body_limit) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
-    let p = match params(&o, &s.defaults) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+) -> Result<Response, ApiError> {
+    let o = object(body, s.body_limit)?;
+    let p = params(&o, &s.defaults)?;
     for (name, off) in [("echo", Value::Bool(false)), ("best_of", json!(1))] {
         if o.get(name).is_some_and(|v| !v.is_null() && *v != off) {
-            return ApiError::bad(name, format!("`{name}` is not supported")).into_response();
+            return Err(ApiError::bad(name, format!("`{name}` is not supported")));
         }
     }
     if o.get("suffix").is_some_and(|v| !v.is_null()) {
-        return ApiError::bad("suffix", "`suffix` is not supported").into_response();
+        return Err(ApiError::bad("suffix", "`suffix` is not supported"));
     }
     let s2 = Arc::clone(&s);
     let prompt = blocking(move || {
@@ -550,10 +545,7 @@ async fn completions(
         }
     })
     .await;
-    match prompt {
-        Ok(prompt) => generate(s, prompt, p, Kind::Text, "prompt").await,
-        Err(e) => e.into_response(),
-    }
+    generate(s, prompt?, p, Kind::Text, "prompt").await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -584,43 +576,41 @@ async fn generate(
     p: Params,
     kind: Kind,
     prompt_param: &'static str,
-) -> Response {
+) -> Result<Response, ApiError> {
+    let closing = || ApiError::unavailable("the server is shutting down");
     if s.draining.load(Ordering::SeqCst) {
-        return ApiError::unavailable("the server is shutting down").into_response();
+        return Err(closing());
     }
     let vocab = s.models.target.shape().vocab;
     let context = s.models.context;
     if prompt.is_empty() {
-        return ApiError::bad(prompt_param, "the prompt is empty").into_response();
+        return Err(ApiError::bad(prompt_param, "the prompt is empty"));
     }
     if let Some(&t) = prompt.iter().find(|&&t| t as usize >= vocab) {
-        return ApiError::bad(
+        return Err(ApiError::bad(
             prompt_param,
             format!("token {t} is outside the vocabulary ({vocab} tokens)"),
-        )
-        .into_response();
+        ));
     }
     if prompt.len() >= context {
-        return ApiError::bad(
+        return Err(ApiError::bad(
             prompt_param,
             format!(
                 "the prompt holds {} tokens; a slot's context holds {context} (prompt and reply)",
                 prompt.len()
             ),
-        )
-        .into_response();
+        ));
     }
     let room = context - prompt.len();
     let max_tokens = match p.max_tokens {
         Some(n) if n > room => {
-            return ApiError::bad(
+            return Err(ApiError::bad(
                 "max_tokens",
                 format!(
                 "max_tokens {n} and the prompt's {} tokens exceed a slot's context of {context}",
                 prompt.len()
             ),
-            )
-            .into_response()
+            ))
         }
         Some(n) => n,
         None => room,
@@ -636,16 +626,12 @@ async fn generate(
         events: tx,
         cancel: Arc::clone(&cancel),
     };
-    match s.engine.submit(job) {
-        Ok(()) => {}
-        Err(Refused::Busy) => {
-            return ApiError::unavailable("every slot is busy and the queue is full: retry later")
-                .into_response()
+    s.engine.submit(job).map_err(|r| match r {
+        Refused::Busy => {
+            ApiError::unavailable("every slot is busy and the queue is full: retry later")
         }
-        Err(Refused::Closed) => {
-            return ApiError::unavailable("the server is shutting down").into_response()
-        }
-    }
+        Refused::Closed => closing(),
+    })?;
     let guard = CancelOnDrop {
         flag: cancel,
         armed: true,
@@ -661,11 +647,11 @@ async fn generate(
         kind,
         prompt_tokens,
     };
-    if p.stream {
+    Ok(if p.stream {
         stream(reply, rx, guard, p.include_usage)
     } else {
         whole(reply, rx, guard).await
-    }
+    })
 }
 
 /// What every response of one request repeats.
@@ -750,7 +736,7 @@ async fn whole(
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Started => {}
-            Event::Text(t) => text.push_str(&t),
+            Event::Text(t) => text.push_str(&t.text),
             Event::Failed(m) => {
                 guard.armed = false;
                 return failure(m).into_response();
@@ -829,12 +815,19 @@ fn stream(
                     }
                 }
                 Some(Event::Text(t)) => {
+                    if t.text.is_empty() && t.tokens == 0 {
+                        continue;
+                    }
                     let c = if chat {
-                        json!([{"index": 0, "delta": {"content": t}, "logprobs": null, "finish_reason": null}])
+                        json!([{"index": 0, "delta": {"content": t.text}, "logprobs": null, "finish_reason": null}])
                     } else {
-                        json!([{"index": 0, "text": t, "logprobs": null, "finish_reason": null}])
+                        json!([{"index": 0, "text": t.text, "logprobs": null, "finish_reason": null}])
                     };
-                    st.pending.push_back(st.reply.envelope(true, c).to_string());
+                    let mut chunk = st.reply.envelope(true, c);
+                    // dspark's own: where this piece's tokens came from (the chat page
+                    // shows it; clients ignore fields they do not know).
+                    chunk["dspark"] = json!({"tokens": t.tokens, "drafted": t.drafted});
+                    st.pending.push_back(chunk.to_string());
                 }
                 Some(Event::Done(f)) => {
                     st.guard.armed = false;
@@ -874,11 +867,11 @@ fn stream(
     Sse::new(events).into_response()
 }
 
-async fn tokenize(State(s): State<Arc<Shared>>, body: Result<Bytes, BytesRejection>) -> Response {
-    let o = match object(body, s.body_limit) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
+async fn tokenize(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let o = object(body, s.body_limit)?;
     let r = blocking(move || {
         let Some(text) = o.get("content").and_then(Value::as_str) else {
             return Err(ApiError::bad("content", "`content` must be a string"));
@@ -916,17 +909,14 @@ async fn tokenize(State(s): State<Arc<Shared>>, body: Result<Bytes, BytesRejecti
         Ok(json!({"tokens": tokens}))
     })
     .await;
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
+    r.map(Json)
 }
 
-async fn detokenize(State(s): State<Arc<Shared>>, body: Result<Bytes, BytesRejection>) -> Response {
-    let o = match object(body, s.body_limit) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
+async fn detokenize(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let o = object(body, s.body_limit)?;
     let r = blocking(move || {
         let vocab = s.models.target.shape().vocab;
         let bad = || {
@@ -951,22 +941,14 @@ async fn detokenize(State(s): State<Arc<Shared>>, body: Result<Bytes, BytesRejec
         Ok(json!({"content": text}))
     })
     .await;
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
+    r.map(Json)
 }
 
 async fn apply_template(
     State(s): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let o = match object(body, s.body_limit) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
-    match blocking(move || render(&s, o.get("messages"))).await {
-        Ok(prompt) => Json(json!({"prompt": prompt})).into_response(),
-        Err(e) => e.into_response(),
-    }
+) -> Result<Json<Value>, ApiError> {
+    let o = object(body, s.body_limit)?;
+    let prompt = blocking(move || render(&s, o.get("messages"))).await?;
+    Ok(Json(json!({"prompt": prompt})))
 }

@@ -21,8 +21,8 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
 use dspark_runtime::generate::{
-    autoregressive, speculative_planned, speculative_with, Observer, Plan, Request, Round, Stats,
-    StopReason,
+    autoregressive, speculative_planned, speculative_with, Observer, PlainStep, Plan, Request,
+    Round, Stats, StopReason,
 };
 use dspark_runtime::models::dspark::Drafter;
 use dspark_runtime::sampling::Sampling;
@@ -57,11 +57,22 @@ pub enum Event {
     Started,
     /// Text committed (whole UTF-8 characters; text that may begin a stop string is
     /// held back until it does not).
-    Text(String),
+    Text(Piece),
     /// The job ended.
     Done(Box<Finish>),
     /// The job could not run or was aborted (a server error).
     Failed(String),
+}
+
+/// A piece of a reply and where its tokens came from.
+#[derive(Debug)]
+pub struct Piece {
+    pub text: String,
+    /// Tokens committed with it.
+    pub tokens: usize,
+    /// They were drafts the target accepted (else the target's own: a plain step, a round's
+    /// bonus or resampled token, the prefill's first token).
+    pub drafted: bool,
 }
 
 /// How a job ended.
@@ -289,6 +300,7 @@ fn run_job(
         abort,
         metrics,
         failed: None,
+        pending: draft.is_some().then(Vec::new),
     };
     let decode = || match (draft.as_mut(), planner) {
         (Some(d), Some(p)) => speculative_planned(&mut *target, d, &req, models.plan, p, &mut out),
@@ -301,6 +313,8 @@ fn run_job(
         crate::on_pool(decode)
     }
     .map_err(|e| e.to_string())?;
+    // Tokens no step reported (a run ended before its round did): the target's.
+    out.settle(0, 0);
     if let Some(e) = out.failed.take() {
         return Err(e);
     }
@@ -315,7 +329,11 @@ fn run_job(
         return Err("the server is shutting down".into());
     }
     if !rest.is_empty() {
-        let _ = job.events.send(Event::Text(rest));
+        let _ = job.events.send(Event::Text(Piece {
+            text: rest,
+            tokens: 0,
+            drafted: false,
+        }));
     }
     let reason = match stats.stop_reason {
         StopReason::MaxTokens | StopReason::Context => "length",
@@ -329,6 +347,8 @@ fn run_job(
 }
 
 /// The observer of a slot's run: text to the job's channel, the stop rules of the request.
+/// A speculative run's tokens wait for their round (or plain step) to say which were
+/// accepted drafts, so that each piece says where it came from.
 struct Streamer<'a> {
     stream: TextState<'a>,
     events: &'a UnboundedSender<Event>,
@@ -336,26 +356,63 @@ struct Streamer<'a> {
     abort: &'a AtomicBool,
     metrics: &'a Metrics,
     failed: Option<String>,
+    /// Speculative: tokens committed whose round has not reported yet.
+    pending: Option<Vec<u32>>,
 }
 
-impl Observer for Streamer<'_> {
-    fn tokens(&mut self, tokens: &[u32]) {
+impl Streamer<'_> {
+    fn send(&mut self, tokens: &[u32], drafted: bool) {
+        if tokens.is_empty() {
+            return;
+        }
         match self.stream.push(tokens) {
-            Ok(text) if !text.is_empty() => {
-                if self.events.send(Event::Text(text)).is_err() {
+            Ok(text) => {
+                let piece = Piece {
+                    text,
+                    tokens: tokens.len(),
+                    drafted,
+                };
+                if self.events.send(Event::Text(piece)).is_err() {
                     // The request is gone: stop at the next poll.
                     self.cancel.store(true, Ordering::SeqCst);
                 }
             }
-            Ok(_) => {}
             Err(e) => {
                 self.failed.get_or_insert(e);
             }
         }
     }
 
+    /// Sends what is pending: its last `of` tokens a step's, the first `drafted` of those
+    /// accepted drafts; anything before them the target's (the prefill's token).
+    fn settle(&mut self, of: usize, drafted: usize) {
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
+        let all = std::mem::take(p);
+        let step = all.len().saturating_sub(of);
+        let drafted = drafted.min(of);
+        self.send(&all[..step], false);
+        self.send(&all[step..step + drafted.min(all.len() - step)], true);
+        self.send(&all[(step + drafted).min(all.len())..], false);
+    }
+}
+
+impl Observer for Streamer<'_> {
+    fn tokens(&mut self, tokens: &[u32]) {
+        match self.pending.as_mut() {
+            Some(p) => p.extend_from_slice(tokens),
+            None => self.send(tokens, false),
+        }
+    }
+
     fn round(&mut self, r: &Round) {
         self.metrics.round(r.verified, r.accepted);
+        self.settle(r.committed.len(), r.accepted);
+    }
+
+    fn plain_step(&mut self, p: &PlainStep) {
+        self.settle(p.committed.len(), 0);
     }
 
     fn interrupted(&self) -> bool {

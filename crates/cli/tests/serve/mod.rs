@@ -385,3 +385,148 @@ fn a_full_queue_answers_503_and_nothing_is_lost() {
     assert_eq!(got["processing_after"], 0.0);
     assert_eq!(got["rejected"], busy.len() as f64);
 }
+
+/// The chat page at `/`, in headless Chromium (Debian's package, `scripts/test.sh` installs
+/// it): two turns sent as a person sends them; the replies stream into the page, the first
+/// equal to `generate --chat`'s, the pieces from accepted drafts marked (and coloured) apart
+/// from the target's own, the speed and the acceptance shown; a screenshot of it all.
+#[test]
+fn the_chat_page_holds_a_conversation_in_chromium() {
+    let tmp = Tmp::new();
+    let target = crate::smollm2::smollm2();
+    let draft = smol_draft(&tmp);
+    // Every step drafts (`fixed`), so that accepted drafts show whatever the schedule learnt.
+    let server = Server::start(&[
+        "-m",
+        s(&target),
+        "-md",
+        s(&draft),
+        "-np",
+        "2",
+        "-t",
+        "2",
+        "--api-key",
+        KEY,
+        "--schedule",
+        "fixed",
+    ]);
+    let first = "Give me three tips for sleeping better.";
+    let url = format!(
+        "{}/?key={KEY}&max=48&ask=Give%20me%20three%20tips%20for%20sleeping%20better.&ask=And%20one%20more%3F",
+        server.url
+    );
+    let shot = tmp.path("page.png");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/page_check.py");
+    let chromium = std::env::var("DSPARK_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let o = Command::new(python())
+        .arg(script)
+        .args([&url, s(&shot), "--chromium", &chromium])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "page_check.py failed (is Chromium installed? scripts/test.sh installs Debian's)\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let page: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(page["turns"], "2", "{page}");
+    let m = page["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 4, "{page}");
+    assert_eq!(m[0]["role"], "user");
+    assert_eq!(m[0]["text"], first);
+    let messages = serde_json::json!([{"role": "user", "content": first}]);
+    let f = tmp.path("m.json");
+    std::fs::write(&f, messages.to_string()).unwrap();
+    let want = dspark_json(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-md",
+        s(&draft),
+        "--messages",
+        s(&f),
+        "-n",
+        "48",
+        "--json",
+        "--chat-date",
+        "2026-12-03",
+    ]);
+    assert_eq!(m[1]["text"], want["text"], "{page}");
+    for r in [&m[1], &m[3]] {
+        assert_eq!(r["role"], "assistant");
+        assert_eq!(r["done"], "1", "{page}");
+        assert!(r["error"].is_null(), "{page}");
+        assert!(!r["text"].as_str().unwrap().is_empty(), "{page}");
+        let stats = r["stats"].as_str().unwrap();
+        assert!(
+            stats.contains("tok/s") && stats.contains("drafts accepted"),
+            "{stats}"
+        );
+    }
+    // Pieces from accepted drafts are marked, and coloured apart.
+    assert!(m[1]["drafted"].as_u64().unwrap() > 0, "{page}");
+    assert!(m[1]["target"].as_u64().unwrap() > 0, "{page}");
+    assert_eq!(page["drafted_style"], "rgb(215, 245, 221)", "{page}");
+    assert_eq!(page["legend"], true);
+    // The screenshot: a PNG of the window, with something drawn in it.
+    assert_eq!(page["screenshot"]["width"], 1000, "{page}");
+    assert!(
+        page["screenshot"]["bytes"].as_u64().unwrap() > 20_000,
+        "{page}"
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+/// A bounded load: 192 streamed requests at concurrency 16 on 4 slots (a queue of 64): every
+/// one answered in full, the replies at T = 0 those of the same conversation served alone,
+/// and the server's memory flat (the second half of the run never above the first's peak by
+/// more than a few per cent).
+#[test]
+fn a_load_of_192_requests_loses_none_and_memory_stays_flat() {
+    let tmp = Tmp::new();
+    let target = crate::smollm2::smollm2();
+    let draft = smol_draft(&tmp);
+    let server = Server::start(&["-m", s(&target), "-md", s(&draft), "-np", "4", "-t", "2"]);
+    let prompts = tmp.path("prompts.jsonl");
+    let lines: Vec<String> = heldout(12)
+        .into_iter()
+        .map(|m| serde_json::json!({ "messages": m }).to_string())
+        .collect();
+    std::fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+    let load = |requests: &str, concurrency: &str| -> serde_json::Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/load.py");
+        let pid = server.child.id().to_string();
+        let o = Command::new(python())
+            .arg(&script)
+            .arg(&server.url)
+            .args(["--requests", requests, "--concurrency", concurrency])
+            .args([
+                "--messages",
+                s(&prompts),
+                "--max-tokens",
+                "8",
+                "--pid",
+                &pid,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let alone = load("12", "1");
+    let got = load("192", "16");
+    assert_eq!(got["ok"], 192, "{}", got["failed"]);
+    let texts = got["texts"].as_array().unwrap();
+    let want = alone["texts"].as_array().unwrap();
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(t, &want[i % want.len()], "request {i}");
+    }
+    let rss = &got["rss_kib"];
+    let (first, second) = (
+        rss["max_first_half"].as_f64().unwrap(),
+        rss["max_second_half"].as_f64().unwrap(),
+    );
+    assert!(second <= first * 1.05 + 8192.0, "memory grew: {rss}");
+}
