@@ -174,6 +174,47 @@ def busy(k):
             "rejected": metric("dspark:requests_rejected_total")}
 
 
+def robust():
+    """With DSPARK_FAULT_INJECTION set on the server: a request that panics in its slot gets a
+    500 (streamed: an error event) and the server goes on; sampled requests with a seed give
+    the same tokens alone and eight at a time (the plan fixed)."""
+    msgs = CASES["chat"][0]
+    fault = CASES["fault"]
+    whole = http("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "stop": [fault]})
+    streamed = http("POST", "/v1/chat/completions",
+                    {"messages": msgs, "max_tokens": 8, "stop": [fault], "stream": True})
+    after = http("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})
+    health = http("GET", "/health")
+
+    def sampled(i):
+        r = client.chat.completions.create(
+            model="m", messages=CASES["chat"][i % len(CASES["chat"])], max_tokens=N,
+            temperature=0.9, seed=100 + i)
+        return r.choices[0].message.content
+
+    alone = [sampled(i) for i in range(8)]
+
+    async def together():
+        ac = openai.AsyncOpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=600)
+
+        async def one(i):
+            r = await ac.chat.completions.create(
+                model="m", messages=CASES["chat"][i % len(CASES["chat"])], max_tokens=N,
+                temperature=0.9, seed=100 + i)
+            return r.choices[0].message.content
+        return await asyncio.gather(*(one(i) for i in range(8)))
+
+    return {"fault_whole": [whole[0], whole[1]], "fault_stream": [streamed[0], streamed[1]],
+            "after": [after[0], after[1]], "health": health[0],
+            "failed": metric("dspark:requests_failed_total"),
+            "processing": metric("llamacpp:requests_processing"),
+            "alone": alone, "together": asyncio.run(together())}
+
+
+if CASES.get("robust"):
+    print(json.dumps(robust()))
+    sys.exit(0)
+
 if CASES.get("busy"):
     print(json.dumps(busy(CASES["busy"])))
     sys.exit(0)

@@ -119,7 +119,14 @@ impl Batcher {
                 s.since = None;
                 std::mem::take(&mut s.pending)
             };
-            crate::on_pool(|| self.step(batch));
+            // A panic inside a forward ends that batch only: its slots' replies are dropped
+            // (each gets an error: its request fails with a server error), the batcher goes on.
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::on_pool(|| self.step(batch))
+            }));
+            if run.is_err() {
+                crate::diag!("dspark: a batched forward failed (panic); its requests fail, the server goes on");
+            }
         }
     }
 

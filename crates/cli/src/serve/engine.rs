@@ -33,6 +33,11 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
 
+/// With `DSPARK_FAULT_INJECTION` set in the server's environment, a request whose stop
+/// strings hold this one panics inside its slot (the tests' way to show that a panic costs
+/// only its own request).
+pub const FAULT: &str = "<<dspark: panic here>>";
+
 /// One request for a slot.
 pub struct Job {
     /// Prompt tokens (checked: inside the vocabulary, within the slot's context with the
@@ -268,6 +273,9 @@ fn run_job(
     metrics: &Metrics,
     abort: &AtomicBool,
 ) -> Result<Option<Finish>, String> {
+    if job.stop.iter().any(|s| s == FAULT) && std::env::var_os("DSPARK_FAULT_INJECTION").is_some() {
+        panic!("fault injected by the request (DSPARK_FAULT_INJECTION)");
+    }
     let req = Request {
         prompt: &job.prompt,
         max_tokens: job.max_tokens,

@@ -25,7 +25,12 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str]) -> Server {
+        Server::start_with(args, &[])
+    }
+
+    fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dspark"))
+            .envs(env.iter().copied())
             .arg("serve")
             .args(["--port", "0", "--chat-date", "2026-12-03"])
             .args(args)
@@ -529,4 +534,49 @@ fn a_load_of_192_requests_loses_none_and_memory_stays_flat() {
         rss["max_second_half"].as_f64().unwrap(),
     );
     assert!(second <= first * 1.05 + 8192.0, "memory grew: {rss}");
+}
+
+/// A request that panics inside its slot costs only itself: a 500 in OpenAI's shape (an
+/// error event when streamed), counted, and the next requests are served; and sampled
+/// requests with a seed give the same tokens eight at a time as alone (the plan fixed).
+#[test]
+fn a_panic_costs_one_request_and_seeds_hold_under_load() {
+    let tmp = Tmp::new();
+    let target = crate::smollm2::smollm2();
+    let draft = smol_draft(&tmp);
+    let server = Server::start_with(
+        &[
+            "-m",
+            s(&target),
+            "-md",
+            s(&draft),
+            "-np",
+            "4",
+            "-t",
+            "2",
+            "--schedule",
+            "fixed",
+            "--api-key",
+            KEY,
+        ],
+        &[("DSPARK_FAULT_INJECTION", "1")],
+    );
+    let cases = serde_json::json!({
+        "robust": true, "chat": heldout(4), "max_tokens": 16,
+        "fault": "<<dspark: panic here>>",
+    });
+    let got = client(&server, &cases, &tmp);
+    assert_error("fault", &got["fault_whole"], 500, None);
+    let streamed = got["fault_stream"][1].as_str().unwrap();
+    assert!(streamed.contains("\"server_error\""), "{streamed}");
+    assert_eq!(got["after"][0], 200, "{}", got["after"]);
+    assert_eq!(got["health"], 200);
+    assert_eq!(got["failed"], 2.0);
+    assert_eq!(got["processing"], 0.0);
+    assert_eq!(got["alone"], got["together"], "seeded sampling under load");
+    let alone = got["alone"].as_array().unwrap();
+    assert!(
+        alone.iter().any(|t| t != &alone[0]),
+        "different seeds, different samples: {alone:?}"
+    );
 }
