@@ -37,6 +37,10 @@ pub const MAX_STOP: usize = 16;
 /// Bytes of one stop string at most.
 pub const MAX_STOP_BYTES: usize = 1024;
 
+/// How long a request's body may take to arrive (a client sending it a byte at a time holds
+/// no slot, but a connection: it gets a 400 after this).
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What every handler shares.
 pub struct Shared {
     pub model_id: String,
@@ -89,6 +93,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
             guard,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_TIMEOUT,
+        ))
         .with_state(shared)
 }
 

@@ -5,7 +5,8 @@
 //! - [`api`] holds the endpoints, request checks, responses and errors;
 //! - [`engine`] the slots and their queue;
 //! - [`batch`] the continuous batching of the slots' target forwards;
-//! - [`metrics`] `/metrics`.
+//! - [`metrics`] `/metrics`;
+//! - [`http`] the connection loop and its limits.
 //!
 //! The HTTP side runs on tokio (axum); the slots are threads of their own, running the
 //! same decoding functions as `dspark generate`. Ctrl-C or SIGTERM: the server stops
@@ -16,6 +17,7 @@
 mod api;
 mod batch;
 mod engine;
+mod http;
 mod metrics;
 
 use std::net::SocketAddr;
@@ -64,6 +66,10 @@ pub struct ServeArgs {
     /// Largest request body, in bytes (413 beyond).
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub body_limit: u64,
+    /// Connections open at once at most; beyond them a connection is answered 503 with
+    /// Retry-After and closed.
+    #[arg(long, default_value_t = http::MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub max_connections: u64,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health.
     #[arg(long)]
     pub api_key: Option<String>,
@@ -238,6 +244,7 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
         .context("cannot start the HTTP runtime")?;
     let addr = SocketAddr::new(a.host, a.port);
     let grace = Duration::from_secs_f64(a.shutdown_timeout);
+    let max_connections = usize::try_from(a.max_connections).unwrap_or(usize::MAX);
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -283,10 +290,8 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
                 });
             }
         };
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-            .context("the HTTP server failed")
+        http::serve(listener, app, max_connections, stop).await;
+        anyhow::Ok(())
     })?;
     crate::diag!("dspark: stopped");
     Ok(Outcome::Ok)

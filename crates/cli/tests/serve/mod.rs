@@ -580,3 +580,61 @@ fn a_panic_costs_one_request_and_seeds_hold_under_load() {
         "different seeds, different samples: {alone:?}"
     );
 }
+
+/// Connections that hold without asking: one that sends nothing is closed once the header
+/// deadline passes (10 s), and beyond `--max-connections` a connection is answered 503 with
+/// Retry-After and closed, while the server goes on answering.
+#[test]
+fn idle_and_surplus_connections_are_closed_not_kept() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let target = crate::smollm2::smollm2();
+    let server = Server::start(&[
+        "-m",
+        s(&target),
+        "-np",
+        "1",
+        "-t",
+        "1",
+        "--max-connections",
+        "2",
+    ]);
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let started = Instant::now();
+    let mut idle = TcpStream::connect(&addr).unwrap();
+    let _second = TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The third: refused in words.
+    let mut third = TcpStream::connect(&addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = String::new();
+    third.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    assert!(answer.contains("\"unavailable_error\""), "{answer}");
+    // The idle one: closed by the server after the header deadline.
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let n = idle.read_to_end(&mut rest).unwrap_or(0);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(16),
+        "{waited:?}, {n} bytes"
+    );
+    drop(idle);
+    drop(_second);
+    std::thread::sleep(Duration::from_millis(300));
+    // And the server still answers.
+    let mut ok = TcpStream::connect(&addr).unwrap();
+    ok.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut health = String::new();
+    ok.read_to_string(&mut health).unwrap();
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+}
