@@ -140,6 +140,8 @@ def errors():
         "no_key": http("GET", "/v1/models", key=None),
         "wrong_key": http("GET", "/v1/models", key=KEY + "x"),
         "health_no_key": http("GET", "/health", key=None),
+        "page_no_key": http("GET", "/", key=None),
+        "page_query_key": http("GET", "/?key=" + KEY, key=None),
         "too_large": http("POST", "/v1/chat/completions", raw=b'{"x": "' + b"a" * (9 << 20) + b'"}'),
     }
     try:

@@ -166,19 +166,29 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The API key (every path but the health check and the static chat page) and the count
-/// of answers by status.
+/// The API key (every path but the health check) and the count of answers by status. The
+/// chat page, which a browser opens without headers, also takes the key as `/?key=KEY`
+/// (the page then sends it with each request it makes).
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    // The health check, and the chat page (static: the requests it makes carry the key).
-    let open = matches!(req.uri().path(), "/health" | "/v1/health" | "/");
+    let path = req.uri().path().to_string();
+    let open = matches!(path.as_str(), "/health" | "/v1/health");
     let response = if let (Some(key), false) = (&s.key, open) {
-        let given = req
+        let header_key = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()));
-        let ok = given.is_some_and(|g| {
+            .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
+            .map(str::to_string);
+        let page_key = (path == "/")
+            .then(|| req.uri().query())
+            .flatten()
+            .and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("key="))
+                    .map(percent_decoded)
+            });
+        let ok = header_key.or(page_key).is_some_and(|g| {
             let d: [u8; 32] = Sha256::digest(g.trim().as_bytes()).into();
             bool::from(d.ct_eq(key))
         });
@@ -188,7 +198,11 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
             ApiError {
                 status: StatusCode::UNAUTHORIZED,
                 kind: "authentication_error",
-                message: "invalid or missing API key (Authorization: Bearer KEY)".into(),
+                message: if path == "/" {
+                    "invalid or missing API key: open the chat page as /?key=KEY".into()
+                } else {
+                    "invalid or missing API key (Authorization: Bearer KEY)".into()
+                },
                 param: None,
             }
             .into_response()
@@ -219,6 +233,30 @@ async fn method_not_allowed(req: Request) -> ApiError {
         message: format!("{} does not take {}", req.uri().path(), req.method()),
         param: None,
     }
+}
+
+/// `%XX` escapes and `+` of a query value decoded (invalid escapes kept as they are).
+fn percent_decoded(v: &str) -> String {
+    let b = v.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let escaped = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| hex(b[i + 1]).zip(hex(b[i + 2])))
+            .flatten();
+        match (escaped, b[i]) {
+            (Some((h, l)), _) => {
+                out.push(h * 16 + l);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, c) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The chat page: a conversation streamed from `/v1/chat/completions`, each piece marked
@@ -958,4 +996,18 @@ async fn apply_template(
     let o = object(body, s.body_limit)?;
     let prompt = blocking(move || render(&s, o.get("messages"))).await?;
     Ok(Json(json!({"prompt": prompt})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decoded;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(percent_decoded("a%20b+c"), "a b c");
+        assert_eq!(percent_decoded("k%2Fx%3d"), "k/x=");
+        assert_eq!(percent_decoded("100%"), "100%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
+        assert_eq!(percent_decoded("%C3%A9"), "é");
+    }
 }

@@ -296,6 +296,8 @@ fn serve_answers_openai_clients_as_generate_does() {
     assert_error("wrong_key", &e["wrong_key"], 401, None);
     assert_error("too_large", &e["too_large"], 413, None);
     assert_eq!(e["health_no_key"][0], 200, "{}", e["health_no_key"]);
+    assert_error("page_no_key", &e["page_no_key"], 401, None);
+    assert_eq!(e["page_query_key"][0], 200, "the page opens with ?key=");
     // llama-server's auxiliary endpoints.
     assert_eq!(
         got["models"]["data"][0]["id"],
