@@ -126,6 +126,29 @@ def disconnect():
     return {"processing_during": busy, "processing_after": after}
 
 
+def declared_too_large():
+    """A body declared far over the limit: refused from its Content-Length, before a byte of
+    it is sent (and within a second)."""
+    import socket
+    host, port = BASE.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)))
+    t = time.time()
+    sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                 + b"\r\nContent-Length: 1000000000000\r\n\r\n")
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    took = time.time() - t
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head else 0
+    return status if took < 1 else -1, body.decode(errors="replace")
+
+
 def errors():
     msgs = [{"role": "user", "content": "hi"}]
     cases = {
@@ -143,6 +166,11 @@ def errors():
         "page_no_key": http("GET", "/", key=None),
         "page_query_key": http("GET", "/?key=" + KEY, key=None),
         "too_large": http("POST", "/v1/chat/completions", raw=b'{"x": "' + b"a" * (9 << 20) + b'"}'),
+        "declared_too_large": declared_too_large(),
+        "conflicting_max": http("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "n_predict": 5}),
+        "tools_type": http("POST", "/v1/chat/completions", {"messages": msgs, "tools": "x"}),
+        "long_text": http("POST", "/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": " " * (3 << 20)}]}),
     }
     try:
         client.chat.completions.create(model="m", messages=msgs, max_tokens=2, n=3)

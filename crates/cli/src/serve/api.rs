@@ -41,6 +41,24 @@ pub const MAX_STOP_BYTES: usize = 1024;
 /// no slot, but a connection: it gets a 400 after this).
 pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Refuses, before tokenizing it, a text too long to fit a slot's context whatever its
+/// tokens: every token spells at least one byte and at most `max_token_bytes`, so a text of
+/// more than `context × max_token_bytes` bytes cannot be a prompt (tokenizing megabytes first
+/// would cost seconds of CPU and hundreds of MB for a certain refusal).
+fn refuse_long_text(s: &Shared, bytes: usize, param: &'static str) -> Result<(), ApiError> {
+    let most = s.models.context.saturating_mul(s.max_token_bytes.max(1));
+    if bytes > most {
+        return Err(ApiError::bad(
+            param,
+            format!(
+                "the text ({bytes} bytes) holds more tokens than a slot's context of {} (its tokens spell at most {} bytes each)",
+                s.models.context, s.max_token_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// What every handler shares.
 pub struct Shared {
     pub model_id: String,
@@ -56,6 +74,21 @@ pub struct Shared {
     pub draining: AtomicBool,
     pub body_limit: usize,
     pub slots: usize,
+    /// The most bytes one token of the vocabulary spells.
+    pub max_token_bytes: usize,
+    /// Paths of the server's files as they appear in messages, and what answers show
+    /// instead (their file names).
+    pub redactions: Vec<(String, String)>,
+}
+
+impl Shared {
+    /// `msg` with the server's file paths replaced by their file names.
+    fn redact(&self, mut msg: String) -> String {
+        for (path, name) in &self.redactions {
+            msg = msg.replace(path.as_str(), name);
+        }
+        msg
+    }
 }
 
 /// The server's defaults for what a request does not say (the command line's flags).
@@ -172,6 +205,34 @@ impl IntoResponse for ApiError {
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let open = matches!(path.as_str(), "/health" | "/v1/health");
+    // A declared length over the limit is refused before a byte of the body is read when the
+    // client waits to be invited (`Expect: 100-continue`) or declares far more (4×) than
+    // the limit; a client that sends its body at once has the limit's worth read first (it
+    // would not read an answer sent while it writes).
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let waits = req
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let limit = s.body_limit as u64;
+    if declared.is_some_and(|n| n > limit && (waits || n / 4 > limit)) {
+        let r = ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: format!("the request body is over {} bytes", s.body_limit),
+            param: None,
+        }
+        .into_response();
+        s.metrics
+            .requests
+            .with_label_values(&[r.status().as_str()])
+            .inc();
+        return r;
+    }
     let response = if let (Some(key), false) = (&s.key, open) {
         let header_key = req
             .headers()
@@ -393,20 +454,31 @@ fn params(o: &Map<String, Value>, d: &Defaults) -> Result<Params, ApiError> {
     if boolean(o, "logprobs")? {
         return Err(ApiError::bad("logprobs", "logprobs are not supported"));
     }
-    if o.get("tools")
-        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        return Err(ApiError::bad("tools", "tool calls are not supported"));
+    match o.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(Value::Array(_)) => {
+            return Err(ApiError::bad("tools", "tool calls are not supported"))
+        }
+        Some(_) => return Err(ApiError::bad("tools", "`tools` must be an array")),
     }
-    let mut max_tokens = None;
+    let mut max_tokens: Option<(usize, &'static str)> = None;
     for name in ["max_tokens", "max_completion_tokens", "n_predict"] {
         if let Some(n) = integer(o, name)? {
             if n == 0 {
                 return Err(ApiError::bad(name, format!("`{name}` must be at least 1")));
             }
-            max_tokens = Some(usize::try_from(n).unwrap_or(usize::MAX));
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if let Some((m, first)) = max_tokens.filter(|&(m, _)| m != n) {
+                return Err(ApiError::bad(
+                    name,
+                    format!("`{name}` {n} contradicts `{first}` {m}: give one"),
+                ));
+            }
+            max_tokens = Some((n, name));
         }
     }
+    let max_tokens = max_tokens.map(|(n, _)| n);
     let temp = number(o, "temperature", 0.0..=100.0)?.map_or(d.temp, |t| t as f32);
     let top_p = number(o, "top_p", 0.0..=1.0)?.map_or(d.top_p, |t| t as f32);
     if top_p == 0.0 {
@@ -523,7 +595,7 @@ fn render(s: &Shared, messages: Option<&Value>) -> Result<String, ApiError> {
         ));
     };
     r.render(messages)
-        .map_err(|e| ApiError::bad("messages", format!("{e:#}")))
+        .map_err(|e| ApiError::bad("messages", s.redact(format!("{e:#}"))))
 }
 
 fn tokenize_text(
@@ -532,6 +604,7 @@ fn tokenize_text(
     chat: bool,
     param: &'static str,
 ) -> Result<Vec<u32>, ApiError> {
+    refuse_long_text(s, text.len(), param)?;
     s.models
         .tokenizer
         .encode_with(text, chat, true)
@@ -933,6 +1006,22 @@ async fn tokenize(
             }
         };
         let pieces = boolean(&o, "with_pieces")?;
+        // Any text the body holds may be tokenized here, but not more than a context's worth
+        // of tokens' bytes times the slots (a bound on the work one request buys).
+        let most = s
+            .models
+            .context
+            .saturating_mul(s.max_token_bytes.max(1))
+            .saturating_mul(s.slots);
+        if text.len() > most {
+            return Err(ApiError::bad(
+                "content",
+                format!(
+                    "`content` holds {} bytes; at most {most} are tokenized",
+                    text.len()
+                ),
+            ));
+        }
         let tok = &s.models.tokenizer;
         let ids = tok
             .encode_with(text, add_special, parse_special)
@@ -970,10 +1059,18 @@ async fn detokenize(
                 format!("`tokens` must be an array of token ids below {vocab}"),
             )
         };
-        let ids = o
-            .get("tokens")
-            .and_then(Value::as_array)
-            .ok_or_else(bad)?
+        let list = o.get("tokens").and_then(Value::as_array).ok_or_else(bad)?;
+        if list.len() > s.models.context.saturating_mul(s.slots) {
+            return Err(ApiError::bad(
+                "tokens",
+                format!(
+                    "`tokens` holds {} ids; at most {} are decoded",
+                    list.len(),
+                    s.models.context.saturating_mul(s.slots)
+                ),
+            ));
+        }
+        let ids = list
             .iter()
             .map(|v| v.as_u64().filter(|&t| t < vocab as u64).map(|t| t as u32))
             .collect::<Option<Vec<u32>>>()

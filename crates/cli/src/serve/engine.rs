@@ -185,10 +185,13 @@ fn slot_loop(models: &Models, rx: &Mutex<Receiver<Job>>, metrics: &Metrics, abor
     // The schedule's state lives as long as the slot: what it learnt about this pair (the
     // acceptance per depth, the cost of each step, whether drafting pays) carries over from
     // request to request, so the warm-up is paid once.
-    let mut planner = models
-        .drafter
-        .as_ref()
-        .map(|(d, _)| models.plan.planner(d.drafts_per_block()));
+    let fresh = || {
+        models
+            .drafter
+            .as_ref()
+            .map(|(d, _)| models.plan.planner(d.drafts_per_block()))
+    };
+    let mut planner = fresh();
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
@@ -216,10 +219,7 @@ fn slot_loop(models: &Models, rx: &Mutex<Receiver<Job>>, metrics: &Metrics, abor
         }));
         if result.is_err() {
             // A panic may have left the schedule half-updated: start it again.
-            planner = models
-                .drafter
-                .as_ref()
-                .map(|(d, _)| models.plan.planner(d.drafts_per_block()));
+            planner = fresh();
         }
         drop(busy);
         metrics.processing.dec();
@@ -227,7 +227,12 @@ fn slot_loop(models: &Models, rx: &Mutex<Receiver<Job>>, metrics: &Metrics, abor
             Ok(Ok(Some(finish))) => Event::Done(Box::new(finish)),
             // Cancelled by its client: nobody is listening.
             Ok(Ok(None)) => continue,
-            Ok(Err(msg)) => Event::Failed(msg),
+            Ok(Err(msg)) => {
+                if !abort.load(Ordering::SeqCst) {
+                    metrics.failed.inc();
+                }
+                Event::Failed(msg)
+            }
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()

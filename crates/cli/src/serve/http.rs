@@ -3,7 +3,8 @@
 //! and sends nothing, or its headers a byte at a time, holds one for at most
 //! [`HEADER_TIMEOUT`]), at most `--max-connections` ([`MAX_CONNECTIONS`]) open at once (beyond them a connection
 //! is answered 503 with `Retry-After` and closed, not dropped), and a graceful end: on the
-//! stop signal the listener closes and open connections finish their requests.
+//! stop signal the listener closes, open connections are still answered (503 for new
+//! requests) while requests run, then closed as their last requests end.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,12 +21,15 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// How long a client has to send a request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `app` on `listener` until `stop` resolves, then waits for open connections.
+/// Serves `app` on `listener` until `stop` resolves; then takes no new connections but
+/// keeps serving the open ones (their new requests are answered 503 by the router) until
+/// `drained` resolves (no request left running), then closes them as their requests end.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     max_connections: usize,
     stop: impl Future<Output = ()>,
+    drained: impl Future<Output = ()>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
@@ -61,6 +65,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drained.await;
     graceful.shutdown().await;
 }
 

@@ -178,6 +178,8 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
     check_fits(all, &format!("{slots} slots of {context} positions"))
         .map_err(|e| runtime_error(&a.target, e))?;
     let eos = model.special_tokens().eos;
+    let vocab = model.shape().vocab;
+    let shared_tokenizer = Arc::clone(&tokenizer);
     let metrics = Arc::new(metrics::Metrics::new(drafts));
     let models = Arc::new(engine::Models {
         target: Arc::clone(&model),
@@ -209,6 +211,27 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
         Arc::clone(&abort),
     )
     .context("cannot start the slots")?;
+    let max_token_bytes = {
+        let t = &shared_tokenizer;
+        (0..vocab as u32)
+            .map(|id| {
+                let piece = t.token_to_piece(id, true).map_or(0, |p| p.len());
+                let text = t.token_text(id).map_or(0, |x| x.len());
+                piece.max(text)
+            })
+            .max()
+            .unwrap_or(1)
+    };
+    let redactions: Vec<(String, String)> = [Some(&a.target), a.chat_template_file.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let name = p
+                .file_name()
+                .map_or_else(|| "the file".into(), |n| n.to_string_lossy().into_owned());
+            (p.display().to_string(), name)
+        })
+        .collect();
     let model_id = a.target.file_name().map_or_else(
         || a.target.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -236,6 +259,8 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
         draining: AtomicBool::new(false),
         body_limit: usize::try_from(a.body_limit).unwrap_or(usize::MAX),
         slots,
+        max_token_bytes,
+        redactions,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -290,7 +315,16 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
                 });
             }
         };
-        http::serve(listener, app, max_connections, stop).await;
+        let drained = {
+            let shared = Arc::clone(&shared);
+            async move {
+                let m = &shared.metrics;
+                while m.processing.get() > 0 || m.deferred.get() > 0 {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            }
+        };
+        http::serve(listener, app, max_connections, stop, drained).await;
         anyhow::Ok(())
     })?;
     crate::diag!("dspark: stopped");

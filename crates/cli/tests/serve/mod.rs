@@ -295,6 +295,15 @@ fn serve_answers_openai_clients_as_generate_does() {
     assert_error("no_key", &e["no_key"], 401, None);
     assert_error("wrong_key", &e["wrong_key"], 401, None);
     assert_error("too_large", &e["too_large"], 413, None);
+    assert_error("declared_too_large", &e["declared_too_large"], 413, None);
+    assert_error(
+        "conflicting_max",
+        &e["conflicting_max"],
+        400,
+        Some("n_predict"),
+    );
+    assert_error("tools_type", &e["tools_type"], 400, Some("tools"));
+    assert_error("long_text", &e["long_text"], 400, Some("messages"));
     assert_eq!(e["health_no_key"][0], 200, "{}", e["health_no_key"]);
     assert_error("page_no_key", &e["page_no_key"], 401, None);
     assert_eq!(e["page_query_key"][0], 200, "the page opens with ?key=");
