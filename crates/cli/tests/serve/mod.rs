@@ -119,6 +119,17 @@ fn smol_draft(tmp: &Tmp) -> PathBuf {
     out
 }
 
+/// The real pair's server: the target, its drafter converted into `tmp`, two threads, and
+/// `extra` flags (slots, key, schedule); `env` for the server's environment.
+fn pair_server(tmp: &Tmp, extra: &[&str], env: &[(&str, &str)]) -> (Server, PathBuf, PathBuf) {
+    let target = crate::smollm2::smollm2();
+    let draft = smol_draft(tmp);
+    let mut args = vec!["-m", s(&target), "-md", s(&draft), "-t", "2"];
+    args.extend_from_slice(extra);
+    let server = Server::start_with(&args, env);
+    (server, target, draft)
+}
+
 fn heldout(n: usize) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/smol-pair/heldout.jsonl"),
@@ -192,23 +203,10 @@ fn metric(text: &str, name: &str) -> f64 {
 #[test]
 fn serve_answers_openai_clients_as_generate_does() {
     let tmp = Tmp::new();
-    let target = crate::smollm2::smollm2();
-    let draft = smol_draft(&tmp);
     let chats = heldout(3);
     let long = serde_json::json!([{"role": "user", "content": "Count from 1 to 1000, one number per line."}]);
     let texts = ["The capital of France is", "def fibonacci(n):"];
-    let mut server = Server::start(&[
-        "-m",
-        s(&target),
-        "-md",
-        s(&draft),
-        "-np",
-        "4",
-        "-t",
-        "2",
-        "--api-key",
-        KEY,
-    ]);
+    let (mut server, target, draft) = pair_server(&tmp, &["-np", "4", "--api-key", KEY], &[]);
     let cases = serde_json::json!({
         "chat": chats, "text": texts, "max_tokens": N, "concurrent": 8, "long": long,
     });
@@ -273,37 +271,26 @@ fn serve_answers_openai_clients_as_generate_does() {
     );
     // Errors: status and shape.
     let e = &got["errors"];
-    assert_error("bad_json", &e["bad_json"], 400, None);
-    assert_error("no_messages", &e["no_messages"], 400, Some("messages"));
-    assert_error(
-        "messages_not_array",
-        &e["messages_not_array"],
-        400,
-        Some("messages"),
-    );
-    assert_error("n_2", &e["n_2"], 400, Some("n"));
-    assert_error("client_n_3", &e["client_n_3"], 400, Some("n"));
-    assert_error(
-        "bad_temperature",
-        &e["bad_temperature"],
-        400,
-        Some("temperature"),
-    );
-    assert_error("too_long", &e["too_long"], 400, Some("max_tokens"));
-    assert_error("bad_token", &e["bad_token"], 400, Some("prompt"));
-    assert_error("no_such_path", &e["no_such_path"], 404, None);
-    assert_error("no_key", &e["no_key"], 401, None);
-    assert_error("wrong_key", &e["wrong_key"], 401, None);
-    assert_error("too_large", &e["too_large"], 413, None);
-    assert_error("declared_too_large", &e["declared_too_large"], 413, None);
-    assert_error(
-        "conflicting_max",
-        &e["conflicting_max"],
-        400,
-        Some("n_predict"),
-    );
-    assert_error("tools_type", &e["tools_type"], 400, Some("tools"));
-    assert_error("long_text", &e["long_text"], 400, Some("messages"));
+    for (name, status, param) in [
+        ("bad_json", 400, None),
+        ("no_messages", 400, Some("messages")),
+        ("messages_not_array", 400, Some("messages")),
+        ("n_2", 400, Some("n")),
+        ("client_n_3", 400, Some("n")),
+        ("bad_temperature", 400, Some("temperature")),
+        ("too_long", 400, Some("max_tokens")),
+        ("bad_token", 400, Some("prompt")),
+        ("no_such_path", 404, None),
+        ("no_key", 401, None),
+        ("wrong_key", 401, None),
+        ("too_large", 413, None),
+        ("declared_too_large", 413, None),
+        ("conflicting_max", 400, Some("n_predict")),
+        ("tools_type", 400, Some("tools")),
+        ("long_text", 400, Some("messages")),
+    ] {
+        assert_error(name, &e[name], status, param);
+    }
     assert_eq!(e["health_no_key"][0], 200, "{}", e["health_no_key"]);
     assert_error("page_no_key", &e["page_no_key"], 401, None);
     assert_eq!(e["page_query_key"][0], 200, "the page opens with ?key=");
@@ -409,23 +396,12 @@ fn a_full_queue_answers_503_and_nothing_is_lost() {
 #[test]
 fn the_chat_page_holds_a_conversation_in_chromium() {
     let tmp = Tmp::new();
-    let target = crate::smollm2::smollm2();
-    let draft = smol_draft(&tmp);
     // Every step drafts (`fixed`), so that accepted drafts show whatever the schedule learnt.
-    let server = Server::start(&[
-        "-m",
-        s(&target),
-        "-md",
-        s(&draft),
-        "-np",
-        "2",
-        "-t",
-        "2",
-        "--api-key",
-        KEY,
-        "--schedule",
-        "fixed",
-    ]);
+    let (server, target, draft) = pair_server(
+        &tmp,
+        &["-np", "2", "--api-key", KEY, "--schedule", "fixed"],
+        &[],
+    );
     let first = "Give me three tips for sleeping better.";
     let url = format!(
         "{}/?key={KEY}&max=48&ask=Give%20me%20three%20tips%20for%20sleeping%20better.&ask=And%20one%20more%3F",
@@ -502,9 +478,7 @@ fn the_chat_page_holds_a_conversation_in_chromium() {
 #[test]
 fn a_load_of_192_requests_loses_none_and_memory_stays_flat() {
     let tmp = Tmp::new();
-    let target = crate::smollm2::smollm2();
-    let draft = smol_draft(&tmp);
-    let server = Server::start(&["-m", s(&target), "-md", s(&draft), "-np", "4", "-t", "2"]);
+    let (server, _, _) = pair_server(&tmp, &["-np", "4"], &[]);
     let prompts = tmp.path("prompts.jsonl");
     let lines: Vec<String> = heldout(12)
         .into_iter()
@@ -553,23 +527,9 @@ fn a_load_of_192_requests_loses_none_and_memory_stays_flat() {
 #[test]
 fn a_panic_costs_one_request_and_seeds_hold_under_load() {
     let tmp = Tmp::new();
-    let target = crate::smollm2::smollm2();
-    let draft = smol_draft(&tmp);
-    let server = Server::start_with(
-        &[
-            "-m",
-            s(&target),
-            "-md",
-            s(&draft),
-            "-np",
-            "4",
-            "-t",
-            "2",
-            "--schedule",
-            "fixed",
-            "--api-key",
-            KEY,
-        ],
+    let (server, _, _) = pair_server(
+        &tmp,
+        &["-np", "4", "--schedule", "fixed", "--api-key", KEY],
         &[("DSPARK_FAULT_INJECTION", "1")],
     );
     let cases = serde_json::json!({
