@@ -46,8 +46,7 @@ pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30)
 /// more than `context × max_token_bytes` bytes cannot be a prompt (tokenizing megabytes first
 /// would cost seconds of CPU and hundreds of MB for a certain refusal).
 fn refuse_long_text(s: &Shared, bytes: usize, param: &'static str) -> Result<(), ApiError> {
-    let most = s.models.context.saturating_mul(s.max_token_bytes.max(1));
-    if bytes > most {
+    if bytes > s.context_bytes() {
         return Err(ApiError::bad(
             param,
             format!(
@@ -82,6 +81,18 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Bytes a slot's context can hold at most: its positions times the longest token.
+    fn context_bytes(&self) -> usize {
+        self.models
+            .context
+            .saturating_mul(self.max_token_bytes.max(1))
+    }
+
+    /// Positions every slot holds together: the most tokens one request may have decoded.
+    fn all_positions(&self) -> usize {
+        self.models.context.saturating_mul(self.slots)
+    }
+
     /// `msg` with the server's file paths replaced by their file names.
     fn redact(&self, mut msg: String) -> String {
         for (path, name) in &self.redactions {
@@ -169,6 +180,15 @@ impl ApiError {
         }
     }
 
+    fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: format!("the request body is over {limit} bytes"),
+            param: None,
+        }
+    }
+
     fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -203,8 +223,19 @@ impl IntoResponse for ApiError {
 /// chat page, which a browser opens without headers, also takes the key as `/?key=KEY`
 /// (the page then sends it with each request it makes).
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
-    let open = matches!(path.as_str(), "/health" | "/v1/health");
+    let response = match admit(&s, &req) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    };
+    s.metrics
+        .requests
+        .with_label_values(&[response.status().as_str()])
+        .inc();
+    response
+}
+
+/// What is checked before a request reaches its handler: its declared size and its key.
+fn admit(s: &Shared, req: &Request) -> Result<(), ApiError> {
     // A declared length over the limit is refused before a byte of the body is read when the
     // client waits to be invited (`Expect: 100-continue`) or declares far more (4×) than
     // the limit; a client that sends its body at once has the limit's worth read first (it
@@ -220,62 +251,45 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let limit = s.body_limit as u64;
     if declared.is_some_and(|n| n > limit && (waits || n / 4 > limit)) {
-        let r = ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            kind: "invalid_request_error",
-            message: format!("the request body is over {} bytes", s.body_limit),
-            param: None,
-        }
-        .into_response();
-        s.metrics
-            .requests
-            .with_label_values(&[r.status().as_str()])
-            .inc();
-        return r;
+        return Err(ApiError::too_large(s.body_limit));
     }
-    let response = if let (Some(key), false) = (&s.key, open) {
-        let header_key = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
-            .map(str::to_string);
-        let page_key = (path == "/")
-            .then(|| req.uri().query())
-            .flatten()
-            .and_then(|q| {
-                q.split('&')
-                    .find_map(|kv| kv.strip_prefix("key="))
-                    .map(percent_decoded)
-            });
-        let ok = header_key.or(page_key).is_some_and(|g| {
-            let d: [u8; 32] = Sha256::digest(g.trim().as_bytes()).into();
-            bool::from(d.ct_eq(key))
+    let path = req.uri().path();
+    let Some(key) = &s.key else { return Ok(()) };
+    if matches!(path, "/health" | "/v1/health") {
+        return Ok(());
+    }
+    let header_key = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::to_string);
+    let page_key = (path == "/")
+        .then(|| req.uri().query())
+        .flatten()
+        .and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("key="))
+                .map(percent_decoded)
         });
-        if ok {
-            next.run(req).await
+    let ok = header_key.or(page_key).is_some_and(|g| {
+        let d: [u8; 32] = Sha256::digest(g.trim().as_bytes()).into();
+        bool::from(d.ct_eq(key))
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        kind: "authentication_error",
+        message: if path == "/" {
+            "invalid or missing API key: open the chat page as /?key=KEY".into()
         } else {
-            ApiError {
-                status: StatusCode::UNAUTHORIZED,
-                kind: "authentication_error",
-                message: if path == "/" {
-                    "invalid or missing API key: open the chat page as /?key=KEY".into()
-                } else {
-                    "invalid or missing API key (Authorization: Bearer KEY)".into()
-                },
-                param: None,
-            }
-            .into_response()
-        }
-    } else {
-        next.run(req).await
-    };
-    s.metrics
-        .requests
-        .with_label_values(&[response.status().as_str()])
-        .inc();
-    response
+            "invalid or missing API key (Authorization: Bearer KEY)".into()
+        },
+        param: None,
+    })
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -373,12 +387,7 @@ fn object(
 ) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                kind: "invalid_request_error",
-                message: format!("the request body is over {limit} bytes"),
-                param: None,
-            }
+            ApiError::too_large(limit)
         } else {
             ApiError::request(format!("cannot read the request body: {}", r.body_text()))
         }
@@ -1008,11 +1017,7 @@ async fn tokenize(
         let pieces = boolean(&o, "with_pieces")?;
         // Any text the body holds may be tokenized here, but not more than a context's worth
         // of tokens' bytes times the slots (a bound on the work one request buys).
-        let most = s
-            .models
-            .context
-            .saturating_mul(s.max_token_bytes.max(1))
-            .saturating_mul(s.slots);
+        let most = s.context_bytes().saturating_mul(s.slots);
         if text.len() > most {
             return Err(ApiError::bad(
                 "content",
@@ -1060,13 +1065,13 @@ async fn detokenize(
             )
         };
         let list = o.get("tokens").and_then(Value::as_array).ok_or_else(bad)?;
-        if list.len() > s.models.context.saturating_mul(s.slots) {
+        if list.len() > s.all_positions() {
             return Err(ApiError::bad(
                 "tokens",
                 format!(
                     "`tokens` holds {} ids; at most {} are decoded",
                     list.len(),
-                    s.models.context.saturating_mul(s.slots)
+                    s.all_positions()
                 ),
             ));
         }

@@ -411,3 +411,21 @@ pub fn assert_markov_gain(tau: f64, plain: &serde_json::Value, margin: f64) {
         "tau {tau} vs {tau_plain} without the Markov head"
     );
 }
+
+/// The fields every `eval --json` report of a lossless pair holds: `prompts` prompts all
+/// identical to plain decoding, the per-position, histogram and per-prompt arrays, and
+/// positive speeds.
+pub fn assert_eval_report(d: &serde_json::Value, prompts: usize) {
+    assert_eq!(d["prompts"], prompts);
+    assert_eq!(d["identical_to_ar"], true, "{d}");
+    for key in [
+        "acceptance_per_position",
+        "acceptance_histogram",
+        "per_prompt",
+    ] {
+        assert!(d[key].is_array(), "{key} in {d}");
+    }
+    for key in ["ar_tokens_per_second", "spec_tokens_per_second", "speedup"] {
+        assert!(d[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {d}");
+    }
+}

@@ -76,15 +76,7 @@ fn real_pair_converts_in_both_layouts_and_speculates_losslessly() {
     let a = eval(&target, &dd, &prompts, &[]);
     let b = eval(&target, &ll, &prompts, &[]);
     for d in [&a, &b] {
-        assert_eq!(d["prompts"], 6);
-        assert_eq!(d["identical_to_ar"], true, "{d}");
-        for key in [
-            "acceptance_per_position",
-            "acceptance_histogram",
-            "per_prompt",
-        ] {
-            assert!(d[key].is_array(), "{key} in {d}");
-        }
+        assert_eval_report(d, 6);
         let positions = d["acceptance_per_position"].as_array().unwrap();
         assert!((1..=8).contains(&positions.len()), "{d}");
         let cal = &d["calibration"];
@@ -92,9 +84,6 @@ fn real_pair_converts_in_both_layouts_and_speculates_losslessly() {
             cal["ece"].as_f64().is_some_and(|e| (0.0..0.3).contains(&e)),
             "{cal}"
         );
-        for key in ["ar_tokens_per_second", "spec_tokens_per_second", "speedup"] {
-            assert!(d[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {d}");
-        }
     }
     assert_same_speculation(&a, &b);
     // A trained drafter (a random one accepts about 1 token a round: this one 1.51 here,
