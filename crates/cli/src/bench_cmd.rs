@@ -4,7 +4,10 @@
 //! Inputs are checked (each file by its contract, the pair by the fit check, the request
 //! against the context and the memory it needs) before anything is measured. Then, each
 //! step `--runs` times after two warm-up runs (median and minimum reported):
-//! - the machine's memory read bandwidth (best of ten sums of a 1 GiB buffer, all threads);
+//! - the machine's memory read bandwidth, as a plain multi-threaded read reaches it: the
+//!   best of ten passes over the models' own mapped pages (a 1 GiB buffer when they are
+//!   small enough to sit in the caches), before and after the steps; the bounds use the
+//!   higher reading;
 //! - with `--target`: one decode step (a 1-token forward after a `--context`-token
 //!   prefill) and a `--verify`-token forward, the KV cache rolled back after each run;
 //! - with `--draft`: one block draft after `--context` positions of context, by phase
@@ -57,6 +60,17 @@ pub struct BenchArgs {
     /// Tokens in the verify forward timed on its own.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub verify: u64,
+    /// Verify widths timed one by one besides --verify (e.g. `1,2,4,8`): the cost of a
+    /// verify forward as its width grows (on a mixture-of-experts target, with the routed
+    /// experts its tokens read).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub widths: Vec<u64>,
+    /// Every timed forward of the target reads new tokens (the same positions, the cache
+    /// rolled back): on a mixture-of-experts file larger than memory each run then routes
+    /// to experts of its own, as decoding does, instead of re-reading what the previous
+    /// run left in the page cache.
+    #[arg(long)]
+    pub fresh: bool,
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
@@ -105,37 +119,137 @@ fn median(v: &Value) -> f64 {
     v["median_ms"].as_f64().unwrap_or(f64::NAN)
 }
 
-/// Read bandwidth in bytes/s: the best of ten sums over a 256 MiB buffer (eight times the
-/// largest L3 cache here), split across the current rayon pool.
-pub fn memory_bandwidth() -> Result<f64> {
-    const LEN: usize = 1 << 26; // f32 values: 256 MiB
-    let mut buf: Vec<f32> = dspark_runtime::memory::zeroed(LEN, "the bandwidth measurement")?;
-    for (i, v) in buf.iter_mut().enumerate() {
-        *v = (i & 1023) as f32;
+/// The tokens of the target's timed forwards: always the prompt's continuation, or with
+/// `fresh` the deterministic sequence from where it left off, never repeating within a
+/// run (token i is `(37 i + 11) mod vocab`, as the prompt's).
+struct StepTokens {
+    fresh: bool,
+    next: u64,
+    vocab: u64,
+    fixed: Vec<u32>,
+}
+
+impl StepTokens {
+    fn take(&mut self, n: usize) -> Vec<u32> {
+        if !self.fresh {
+            return self.fixed[..n].to_vec();
+        }
+        let from = self.next;
+        self.next += n as u64;
+        (from..from + n as u64)
+            .map(|i| ((i * 37 + 11) % self.vocab) as u32)
+            .collect()
+    }
+}
+
+/// The median routed experts and bytes of a step's timed runs (`None` for a target
+/// without routed experts).
+fn routed_summary(mut r: Vec<dspark_runtime::Routed>) -> Option<Value> {
+    if r.is_empty() {
+        return None;
+    }
+    let mid = r.len() / 2;
+    r.sort_by_key(|x| x.bytes);
+    let bytes = r[mid].bytes;
+    r.sort_by_key(|x| x.experts);
+    Some(json!({"experts": r[mid].experts, "bytes": bytes}))
+}
+
+/// Mapped bytes below which the probe reads its own buffer instead: a model this small
+/// is read from the caches, not from memory.
+const PROBE_MIN_MAPPED: usize = 512 << 20;
+
+/// The largest part of the mapped models one probe reads (a bigger file adds nothing to
+/// the estimate, only time).
+const PROBE_MAX_MAPPED: usize = 4 << 30;
+
+/// Read bandwidth in bytes/s, as a plain multi-threaded read reaches it: the best of ten
+/// passes, each summing the bytes as 64-bit words (eight independent lanes, which the
+/// compiler turns into wide vector loads) in one contiguous slice per pool thread, so
+/// every thread streams its own part once. It reads the models' own mapped pages, the
+/// bytes the measured steps stream (the first [`PROBE_MAX_MAPPED`] of them), or, when
+/// they are smaller than [`PROBE_MIN_MAPPED`] or larger than half the memory available,
+/// a 1 GiB buffer of its own. Returns the
+/// bandwidth and what it read ("mapped models" or "1 GiB buffer").
+pub fn memory_bandwidth(mapped: &[&[u8]]) -> Result<(f64, &'static str)> {
+    let total: usize = mapped.iter().map(|m| m.len()).sum();
+    let own: Vec<u8>;
+    let mut parts: Vec<&[u8]> = Vec::new();
+    // A model larger than half the memory would be read from disk, and would push the
+    // steps' own pages out of the cache: read a buffer instead.
+    let fits = dspark_runtime::memory::available_memory().is_none_or(|m| total as u64 <= m / 2);
+    let source = if total >= PROBE_MIN_MAPPED && fits {
+        let mut left = PROBE_MAX_MAPPED;
+        for m in mapped {
+            let take = m.len().min(left);
+            parts.push(&m[..take]);
+            left -= take;
+        }
+        "mapped models"
+    } else {
+        const BYTES: usize = 1 << 30;
+        dspark_runtime::memory::check_fits(BYTES as u64, "the bandwidth measurement")?;
+        let mut buf: Vec<u8> = Vec::new();
+        buf.try_reserve_exact(BYTES)
+            .map_err(|_| anyhow::anyhow!("cannot allocate the bandwidth measurement's 1 GiB"))?;
+        // Written, so every page is backed before the timed passes.
+        buf.extend((0..BYTES).map(|i| i as u8));
+        own = buf;
+        parts.push(&own);
+        "1 GiB buffer"
+    };
+    // One contiguous slice per thread: the parts cut into equal shares, whole 64-byte
+    // lines each.
+    let threads = rayon::current_num_threads().max(1);
+    let bytes: usize = parts.iter().map(|p| p.len()).sum();
+    let share = (bytes / threads).div_ceil(64) * 64;
+    let mut slices: Vec<Vec<&[u8]>> = vec![Vec::new(); threads];
+    let (mut t, mut room) = (0, share);
+    for p in &parts {
+        let mut rest: &[u8] = p;
+        while !rest.is_empty() {
+            let take = rest.len().min(room);
+            slices[t].push(&rest[..take]);
+            rest = &rest[take..];
+            room -= take;
+            if room == 0 && t + 1 < threads {
+                t += 1;
+                room = share;
+            }
+        }
     }
     let mut best = f64::INFINITY;
     for _ in 0..10 {
         if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(anyhow::Error::new(crate::Interrupted));
         }
-        let chunk = LEN / rayon::current_num_threads().max(1) / 4;
         let t = Instant::now();
-        let s: f32 = buf
-            .par_chunks(chunk.max(1 << 16))
-            .map(|c| {
-                let mut acc = [0.0f32; 32];
-                for v in c.chunks_exact(32) {
-                    for (a, x) in acc.iter_mut().zip(v) {
-                        *a += x;
-                    }
-                }
-                acc.iter().sum::<f32>()
-            })
-            .sum();
+        let s: u64 = slices
+            .par_iter()
+            .map(|s| s.iter().map(|b| sum_words(b)).fold(0, u64::wrapping_add))
+            .reduce(|| 0, u64::wrapping_add);
         std::hint::black_box(s);
         best = best.min(t.elapsed().as_secs_f64());
     }
-    Ok((LEN * 4) as f64 / best)
+    Ok((bytes as f64 / best, source))
+}
+
+/// The wrapping sum of `b` as little-endian 64-bit words, eight lanes over whole 64-byte
+/// lines, the bytes of a last partial line added one by one.
+fn sum_words(b: &[u8]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut lines = b.chunks_exact(64);
+    for line in &mut lines {
+        for (a, w) in acc.iter_mut().zip(line.chunks_exact(8)) {
+            *a = a.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+    }
+    let tail = lines
+        .remainder()
+        .iter()
+        .map(|&x| x as u64)
+        .fold(0, u64::wrapping_add);
+    acc.iter().fold(tail, |s, &a| s.wrapping_add(a))
 }
 
 /// A drafter with no target to hand: checked by its contract, loaded against the shape of
@@ -207,7 +321,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         _ => None,
     };
     let drafts = drafter.as_ref().map_or(0, |d| d.drafts_per_block());
-    let extra = verify.max(drafts + 1);
+    let widest = a.widths.iter().max().map_or(0, |&w| w as usize);
+    let extra = verify.max(drafts + 1).max(widest);
     // The measured steps need `context` positions and `extra` more, within the target's
     // context and the drafter's (the runtime's one rule; a stand-in has no limit).
     let contexts = Contexts {
@@ -274,9 +389,17 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         Some(Sampler::new(settings).map_err(anyhow::Error::new)?)
     };
     // On a pool worker, like generate and eval: the steps are timed as they run there.
+    // The models' mapped pages again, for the bandwidth probe: the bytes the steps stream.
+    let maps = [&a.target, &a.draft]
+        .into_iter()
+        .flatten()
+        .map(|p| map_model(p))
+        .collect::<Result<Vec<_>>>()?;
+    let mapped: Vec<&[u8]> = maps.iter().map(|m| (**m).as_ref()).collect();
     let measured = crate::on_pool(|| -> Result<()> {
-        let bandwidth = memory_bandwidth()?;
+        let (bandwidth, probe) = memory_bandwidth(&mapped)?;
         doc["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
+        doc["memory_bandwidth_probe"] = json!(probe);
         let bound = |b: u64| b as f64 / bandwidth * 1e3;
         let vocab = session
             .as_ref()
@@ -298,17 +421,37 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             let pre = s.forward_commit(&prompt[..context], &capture, Logits::Last)?;
             features = pre.captured;
             let p0 = s.len();
-            let mut step = |n: usize| -> Result<Vec<f64>> {
-                time_runs(runs, || {
+            let mut tokens = StepTokens {
+                fresh: a.fresh,
+                next: positions as u64,
+                vocab,
+                fixed: prompt[context..].to_vec(),
+            };
+            // Times a forward of n tokens `runs` times, and what each timed run's routed
+            // experts cost.
+            let mut step = |n: usize| -> Result<(Value, Option<Value>)> {
+                let mut routed = Vec::new();
+                let times = time_runs(runs, || {
+                    let toks = tokens.take(n);
                     let t = Instant::now();
-                    s.forward(&prompt[context..context + n], &capture, Logits::All)?;
+                    s.forward(&toks, &capture, Logits::All)?;
                     let dt = t.elapsed();
+                    routed.extend(s.routed());
                     s.rollback(p0)?;
                     Ok(dt)
-                })
+                })?;
+                Ok((
+                    summary(times),
+                    routed_summary(routed.split_off(routed.len().min(2))),
+                ))
             };
-            let decode = summary(step(1)?);
-            let verify_t = summary(step(verify)?);
+            let (decode, decode_routed) = step(1)?;
+            let (verify_t, verify_routed) = step(verify)?;
+            let mut widths = Vec::new();
+            for &w in &a.widths {
+                let (t, r) = step(w as usize)?;
+                widths.push(json!({"tokens": w, "median_ms": median(&t), "min_ms": t["min_ms"], "routed": r}));
+            }
             decode_ms = Some(median(&decode));
             // A recurrent target: each rollback option's verify, its rollback to 1, half
             // and all of the verified positions, and the state it holds.
@@ -354,7 +497,17 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 "decode_tokens_per_second": 1e3 / median(&decode),
                 "decode_bound_ms": bound(weights),
                 "verify": {"tokens": verify, "median_ms": median(&verify_t), "min_ms": verify_t["min_ms"]},
+                "fresh_tokens": a.fresh,
             });
+            if let Some(r) = decode_routed {
+                doc["target"]["decode"]["routed"] = r;
+            }
+            if let Some(r) = verify_routed {
+                doc["target"]["verify"]["routed"] = r;
+            }
+            if !widths.is_empty() {
+                doc["target"]["widths"] = Value::Array(widths);
+            }
             if !rollback.is_empty() {
                 doc["target"]["rollback"] = Value::Object(rollback);
             }
@@ -484,6 +637,13 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             }
         }
 
+        // The probe again after the steps: the machine's bandwidth drifts (a shared host),
+        // and the bound is the higher reading (the tighter bound).
+        let (after, _) = memory_bandwidth(&mapped)?;
+        doc["memory_bandwidth_after_gb_s"] = json!(after / 1e9);
+        if after > bandwidth {
+            rebound(&mut doc, bandwidth, after);
+        }
         Ok(())
     });
     let interrupted = match measured {
@@ -507,14 +667,37 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     })
 }
 
+/// Restates the bounds of `d`, computed with bandwidth `old`, with the higher reading
+/// `new`: bounds shrink by `old / new`, ratios to them grow by `new / old`.
+fn rebound(d: &mut Value, old: f64, new: f64) {
+    let scale = |v: &mut Value, k: f64| {
+        if let Some(x) = v.as_f64() {
+            *v = json!(x * k);
+        }
+    };
+    d["memory_bandwidth_gb_s"] = json!(new / 1e9);
+    d["memory_bandwidth_before_gb_s"] = json!(old / 1e9);
+    if d["target"].is_object() {
+        scale(&mut d["target"]["decode_bound_ms"], old / new);
+    }
+    if d["drafter"].is_object() {
+        for k in ["drafter", "lm_head", "block"] {
+            scale(&mut d["drafter"]["bound_ms"][k], old / new);
+        }
+        scale(&mut d["drafter"]["draft_over_bound"], new / old);
+        scale(&mut d["drafter"]["drafter_phases_over_bound"], new / old);
+    }
+}
+
 /// The measurements as a table.
 fn print_table(d: &Value) -> Result<()> {
     let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
     crate::outln!(
-        "threads {}, kernels {}, memory bandwidth {} GB/s, context {}",
+        "threads {}, kernels {}, memory bandwidth {} GB/s (read of the {}), context {}",
         d["threads"],
         d["kernels"].as_str().unwrap_or("?"),
         f(&d["memory_bandwidth_gb_s"]),
+        d["memory_bandwidth_probe"].as_str().unwrap_or("?"),
         d["context"]
     )?;
     crate::outln!(
@@ -618,4 +801,27 @@ fn print_table(d: &Value) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_words;
+
+    #[test]
+    fn the_probe_sums_every_byte() {
+        // Whole lines, a partial line and a tail shorter than a word: the sum of the
+        // little-endian words, the last few bytes added as bytes.
+        for len in [0usize, 7, 64, 100, 1000, 4096 + 13] {
+            let b: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let lines = len / 64 * 64;
+            let mut want = 0u64;
+            for w in b[..lines].chunks_exact(8) {
+                want = want.wrapping_add(u64::from_le_bytes(w.try_into().unwrap()));
+            }
+            for &x in &b[lines..] {
+                want = want.wrapping_add(x as u64);
+            }
+            assert_eq!(sum_words(&b), want, "{len} bytes");
+        }
+    }
 }

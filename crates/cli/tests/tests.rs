@@ -1346,6 +1346,51 @@ fn kimi_k3_pair_from_synth_generates_and_benches() {
         b["target"]["rollback"]["snapshots"]["state_bytes"].as_u64()
             > b["target"]["rollback"]["replay"]["state_bytes"].as_u64()
     );
+    // Verify widths one by one, each run on new tokens: the routed experts a width reads
+    // (its tokens' union) grow with it, at most `used` per token and MoE layer, and a
+    // decode reads exactly `used` per MoE layer.
+    let o = dspark(&[
+        "bench",
+        "--target",
+        s(&target),
+        "--json",
+        "--runs",
+        "3",
+        "--context",
+        "8",
+        "--widths",
+        "1,2,5",
+        "--fresh",
+        "-t",
+        "2",
+    ]);
+    assert_ok(&o);
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(b["target"]["fresh_tokens"], true);
+    let one = b["target"]["decode"]["routed"]["experts"].as_u64().unwrap();
+    assert!(one > 0, "{b}");
+    let w = b["target"]["widths"].as_array().unwrap();
+    let widths: Vec<u64> = w.iter().map(|x| x["tokens"].as_u64().unwrap()).collect();
+    assert_eq!(widths, [1, 2, 5]);
+    assert_eq!(w[0]["routed"]["experts"].as_u64(), Some(one));
+    let experts: Vec<u64> = w
+        .iter()
+        .map(|x| x["routed"]["experts"].as_u64().unwrap())
+        .collect();
+    assert!(experts.windows(2).all(|p| p[0] <= p[1]), "{experts:?}");
+    assert!(experts[2] <= 5 * one, "{experts:?}");
+    let per = |x: &serde_json::Value| {
+        x["routed"]["bytes"].as_u64().unwrap() as f64
+            / x["routed"]["experts"].as_u64().unwrap() as f64
+    };
+    assert!(
+        w.iter().all(|x| (per(x) - per(&w[0])).abs() < 1e-6),
+        "every expert the same size"
+    );
+    for bad in ["0", "257", "1,x"] {
+        let o = dspark(&["bench", "--target", s(&target), "--widths", bad]);
+        assert_eq!(o.status.code(), Some(2), "--widths {bad}");
+    }
 }
 
 /// Runs `script` (a file of `tests/reference/`) with the test Python and returns its JSON
@@ -1962,6 +2007,13 @@ fn bench_reports_steps_bytes_and_break_even() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ms = |x: &serde_json::Value| x["median_ms"].as_f64().unwrap();
     assert!(v["memory_bandwidth_gb_s"].as_f64().unwrap() > 0.0);
+    // Files this small sit in the caches: the probe reads its own buffer, before and after
+    // the steps, and the bounds use the higher reading.
+    assert_eq!(v["memory_bandwidth_probe"], "1 GiB buffer");
+    assert!(
+        v["memory_bandwidth_gb_s"].as_f64().unwrap()
+            >= v["memory_bandwidth_after_gb_s"].as_f64().unwrap()
+    );
     assert_eq!(v["target"]["verify"]["tokens"], 3);
     assert!(ms(&v["target"]["decode"]) > 0.0 && ms(&v["target"]["verify"]) > 0.0);
     let tbytes = fs::read(&target).unwrap();

@@ -60,6 +60,6 @@ pub use models::llama::{Llama, LlamaSession};
 pub use models::qwen3::{Qwen3, Qwen3Session};
 pub use models::{load_target, open_target, OpenedTarget};
 pub use target::{
-    Attention, Forward, Logits, Rollback, SessionOptions, Target, TargetModel, TargetShape,
+    Attention, Forward, Logits, Rollback, Routed, SessionOptions, Target, TargetModel, TargetShape,
 };
 pub use weights::{ModelBytes, ModelData};

@@ -61,6 +61,25 @@ pub struct Forward {
     pub captured: Vec<f32>,
 }
 
+/// What the routed experts of a mixture-of-experts target cost one forward: per MoE
+/// layer the union of its rows' experts, summed over the layers. On a file larger than
+/// memory these are the bytes a forward may have to read from disk, and a verify of n
+/// tokens reads the union of what its tokens route to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Routed {
+    /// Distinct (layer, expert) pairs the rows were routed to.
+    pub experts: u64,
+    /// Their weight bytes.
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Routed {
+    fn add_assign(&mut self, o: Routed) {
+        self.experts += o.experts;
+        self.bytes += o.bytes;
+    }
+}
+
 /// A target model's session: its weights (shared) and one sequence's state.
 pub trait Target {
     /// Hidden size, layers, vocabulary.
@@ -110,6 +129,11 @@ pub trait Target {
     /// reports them (0 otherwise).
     fn state_bytes(&self) -> u64 {
         0
+    }
+    /// What the last forward's routed experts cost ([`Routed`]); `None` for a target
+    /// without routed experts.
+    fn routed(&self) -> Option<Routed> {
+        None
     }
     /// Token embeddings, `tokens.len() × hidden`.
     fn embed(&self, tokens: &[u32], out: &mut [f32]) -> Result<()>;

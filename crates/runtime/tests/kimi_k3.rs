@@ -83,7 +83,8 @@ impl dspark_runtime::ModelData for Recording {
 /// A forward names the bytes it is about to read before reading them: the first, every
 /// dense matrix (the output head included, the embedding not: its rows are read one by
 /// one); each, the experts its tokens route to and no other — so a mapped file larger
-/// than memory reads what a step needs and nothing more.
+/// than memory reads what a step needs and nothing more; and the session reports those
+/// experts and bytes as the forward's routed cost.
 #[test]
 fn a_forward_names_the_experts_it_routes_to_and_no_others() {
     let g = K3Geometry::tiny();
@@ -114,6 +115,7 @@ fn a_forward_names_the_experts_it_routes_to_and_no_others() {
         let out = range("output.weight");
         assert_eq!(covered(&named, &out), if step == 0 { out.len() } else { 0 });
         assert_eq!(covered(&named, &range("token_embd.weight")), 0);
+        let mut want = dspark_runtime::Routed::default();
         for l in g.dense_layers..g.layers {
             for kind in ["gate", "up", "down"] {
                 let r = range(&format!("blk.{l}.ffn_{kind}_exps.weight"));
@@ -121,6 +123,10 @@ fn a_forward_names_the_experts_it_routes_to_and_no_others() {
                 let c = covered(&named, &r);
                 assert_eq!(c % part, 0, "layer {l} {kind}: whole experts");
                 let n = c / part;
+                want.bytes += c as u64;
+                if kind == "gate" {
+                    want.experts += n as u64;
+                }
                 // One token routes to `experts_used` experts; three to at least as many.
                 if step == 0 {
                     assert_eq!(n, g.experts_used, "layer {l} {kind}");
@@ -129,6 +135,8 @@ fn a_forward_names_the_experts_it_routes_to_and_no_others() {
                 }
             }
         }
+        // What the session reports the forward's routed experts cost is what it named.
+        assert_eq!(s.routed(), Some(want), "step {step}");
     }
 }
 

@@ -53,7 +53,7 @@ use crate::memory::{try_zeroed, zeroed};
 pub use crate::nn::attention::Attention;
 use crate::nn::attention::{attend_f16, attend_tiled, kv_chunks, FA_TILE};
 use crate::nn::ops::{inv_rms, norm_rows, rms_norm, sigmoid, softmax, softplus, swiglu};
-use crate::target::{check_rollback, Forward, Logits, Target};
+use crate::target::{check_rollback, Forward, Logits, Routed, Target};
 use crate::weights::{vector, Layout, ModelBytes, ModelData, WeightRef};
 
 pub use crate::target::Rollback;
@@ -596,6 +596,7 @@ impl KimiK3 {
             kda,
             mode: Rollback::Replay,
             attention: Attention::F32,
+            routed: Routed::default(),
         })
     }
 
@@ -696,6 +697,8 @@ pub struct KimiK3Session {
     kda: Vec<KdaState>,
     mode: Rollback,
     attention: Attention,
+    /// What the last forward's routed experts cost.
+    routed: Routed,
 }
 
 impl KimiK3Session {
@@ -802,6 +805,7 @@ impl KimiK3Session {
             vec![0.0f32; n * e],
         );
         let (mut mla_i, mut kda_i) = (0, 0);
+        let mut routed = Routed::default();
         for (li, layer) in model.layers.iter().enumerate() {
             // Attention input: the mix over the stack (before this layer banks), which is
             // also the previous layer's tap.
@@ -870,7 +874,8 @@ impl KimiK3Session {
             match &layer.ffn {
                 Ffn::Dense(f) => f.forward(bytes, model.situ, &normed, &mut y),
                 Ffn::Moe(m) => {
-                    m.forward(&*model.bytes, &model.routing, model.situ, &normed, &mut y)?
+                    routed +=
+                        m.forward(&*model.bytes, &model.routing, model.situ, &normed, &mut y)?
                 }
             }
             crate::trace::put_named(|| format!("l{li}_ffn_out"), &y);
@@ -896,6 +901,7 @@ impl KimiK3Session {
         let mut logits = try_zeroed(rows.len() / e * hp.vocab, "the target's logits")?;
         model.lm_head(&normed_rows, &mut logits);
         self.len = p0 + n;
+        self.routed = routed;
         Ok(Forward { logits, captured })
     }
 }
@@ -1323,6 +1329,10 @@ impl Target for KimiK3Session {
         let f = self.run(tokens, capture, which, false)?;
         self.commit();
         Ok(f)
+    }
+
+    fn routed(&self) -> Option<Routed> {
+        Some(self.routed)
     }
 
     fn state_bytes(&self) -> u64 {

@@ -16,6 +16,7 @@ use crate::nn::ops::{rms_norm, sigmoid, softplus};
 use crate::weights::{ModelData, WeightRef};
 
 use super::multi_gemm;
+use crate::target::Routed;
 
 /// SiTU's constants.
 #[derive(Clone, Copy, Debug)]
@@ -181,11 +182,15 @@ fn top_k(v: &[f32], k: usize) -> Vec<usize> {
 }
 
 impl Moe {
-    /// The MoE FFN of every row of `h` (`n × E`) into `out`. The routed experts' bytes
-    /// are named to the file before any is read ([`crate::weights::read_ahead`]: a mapped
-    /// file larger than memory reads exactly them, together); an expert's values are
-    /// checked the first time a token is routed to it (the error names the expert's
-    /// tensor and the value).
+    /// The MoE FFN of every row of `h` (`n × E`) into `out`; returns what the routed
+    /// experts cost ([`Routed`]: the union of the rows' experts). The routed experts'
+    /// bytes are named to the file as soon as the router has chosen them, before the
+    /// latent projection runs ([`crate::weights::read_ahead`]: a mapped file larger than
+    /// memory reads exactly them, together, while the layer computes on); each expert is
+    /// checked and run as soon as a thread takes it, so the experts already in memory run
+    /// while the others are read. An expert's values are checked the first time a token
+    /// is routed to it (the error names the expert's tensor and the value; with several
+    /// bad experts, the first in expert order).
     pub fn forward(
         &self,
         data: &dyn ModelData,
@@ -193,7 +198,7 @@ impl Moe {
         situ: Situ,
         h: &[f32],
         out: &mut [f32],
-    ) -> crate::error::Result<()> {
+    ) -> crate::error::Result<Routed> {
         let bytes: &[u8] = data.as_ref();
         let e = self.router.cols;
         let n = h.len() / e;
@@ -205,7 +210,6 @@ impl Moe {
             .chunks_exact(ne)
             .map(|l| routing.route(l, &self.probs_bias))
             .collect();
-        // The experts' input: the latent projection, or h itself.
         if crate::trace::on() {
             let sel: Vec<f32> = routes
                 .iter()
@@ -215,21 +219,9 @@ impl Moe {
             crate::trace::put("moe_selected", &sel);
             crate::trace::put("moe_weights", &ws);
         }
-        let latent;
-        let r: &[f32] = match &self.routed_down {
-            Some(w) => {
-                let mut x = vec![0.0f32; n * w.rows];
-                gemm(&w.matrix(bytes), h, &mut x);
-                latent = x;
-                &latent
-            }
-            None => h,
-        };
-        let el = r.len() / n;
         // Each expert over the tokens routed to it, in one gemm per projection; outputs
         // kept per (token, slot).
         let used = routing.used;
-        let mut slot_out = vec![0.0f32; n * used * el];
         let work: Vec<(usize, Vec<(usize, usize)>)> = (0..self.experts.len())
             .map(|ei| {
                 let mine = routes
@@ -243,22 +235,42 @@ impl Moe {
             .collect();
         let routed = || work.iter().flat_map(|(ei, _)| self.experts[*ei].matrices());
         crate::weights::read_ahead(data, routed());
-        crate::weights::check_all(bytes, routed())?;
+        let cost = Routed {
+            experts: work.len() as u64,
+            bytes: work.iter().map(|(ei, _)| self.experts[*ei].bytes()).sum(),
+        };
+        // The experts' input: the latent projection, or h itself.
+        let latent;
+        let r: &[f32] = match &self.routed_down {
+            Some(w) => {
+                let mut x = vec![0.0f32; n * w.rows];
+                gemm(&w.matrix(bytes), h, &mut x);
+                latent = x;
+                &latent
+            }
+            None => h,
+        };
+        let el = r.len() / n;
+        let mut slot_out = vec![0.0f32; n * used * el];
         // The experts side by side, each on one thread over its tokens (the prompt order,
         // a thread-local of this one, passed along).
         let prompt = dspark_quant::gemm::in_prompt_order();
-        let outs: Vec<Vec<f32>> = work
+        let outs: Vec<crate::error::Result<Vec<f32>>> = work
             .par_iter()
             .map(|(ei, mine)| {
+                for w in self.experts[*ei].matrices() {
+                    w.check(bytes)?;
+                }
                 let mut x = Vec::with_capacity(mine.len() * el);
                 for &(t, _) in mine {
                     x.extend_from_slice(&r[t * el..(t + 1) * el]);
                 }
                 let mut y = vec![0.0f32; mine.len() * el];
                 self.experts[*ei].forward_local(bytes, situ, &x, &mut y, prompt);
-                y
+                Ok(y)
             })
             .collect();
+        let outs = outs.into_iter().collect::<crate::error::Result<Vec<_>>>()?;
         for ((_, mine), y) in work.iter().zip(&outs) {
             for (i, &(t, k)) in mine.iter().enumerate() {
                 let at = (t * used + k) * el;
@@ -304,7 +316,7 @@ impl Moe {
                 *a += b;
             }
         }
-        Ok(())
+        Ok(cost)
     }
 
     /// Its matrices but the routed experts' (checked at the first forward; the experts

@@ -1,0 +1,101 @@
+//! The products of one decode step against a plain read of the same bytes: Qwen3-0.6B's
+//! one-column Q8_0 products (28 layers of q, k, v, o, gate, up, down, each layer its own
+//! weights, then the 151,936-row LM head: 633 MB) and a multi-threaded read of those
+//! bytes (64-bit words, one contiguous share per thread), alternated 20 times after 3
+//! warm-ups, so the two meet the same machine. Prints the read's bandwidth and the
+//! products' time over the read's (median and minimum of the pairs): how far a decode
+//! step's products are from the memory-bandwidth bound, without the rest of the step.
+//! `cargo bench -p dspark-quant --bench stream` (`RAYON_NUM_THREADS` sets the threads).
+
+use std::time::Instant;
+
+use dspark_gguf::GgmlType;
+use dspark_quant::gemm::{gemm_many_with, Matrix};
+use rayon::prelude::*;
+
+fn read(b: &[u8]) -> f64 {
+    let share = (b.len() / rayon::current_num_threads()).div_ceil(64) * 64;
+    let t = Instant::now();
+    let s: u64 = b
+        .par_chunks(share)
+        .map(|c| {
+            let mut acc = [0u64; 8];
+            for line in c.chunks_exact(64) {
+                for (a, w) in acc.iter_mut().zip(line.chunks_exact(8)) {
+                    *a = a.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                }
+            }
+            acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+        })
+        .reduce(|| 0, u64::wrapping_add);
+    std::hint::black_box(s);
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    // One decode step's products, grouped as the runtime runs them (q/k/v and gate/up in
+    // one pass each).
+    let layer: [&[(usize, usize)]; 4] = [
+        &[(2048, 1024), (1024, 1024), (1024, 1024)],
+        &[(1024, 2048)],
+        &[(3072, 1024), (3072, 1024)],
+        &[(1024, 3072)],
+    ];
+    let passes: Vec<&[(usize, usize)]> = (0..28)
+        .flat_map(|_| layer)
+        .chain([&[(151_936, 1024)][..]])
+        .collect();
+    let size = |&(r, c): &(usize, usize)| r * c / 32 * 34;
+    let bytes: usize = passes.iter().flat_map(|p| p.iter()).map(size).sum();
+    // Q8_0 blocks: scale 2^-8 (f16 0x1c00), varied quants.
+    let data: Vec<u8> = (0..bytes)
+        .map(|i| match i % 34 {
+            0 => 0x00,
+            1 => 0x1c,
+            _ => (i * 7 % 251) as u8,
+        })
+        .collect();
+    let mut at = 0;
+    let mats: Vec<Vec<Matrix<'_>>> = passes
+        .iter()
+        .map(|p| {
+            p.iter()
+                .map(|s| {
+                    let m = Matrix::new(GgmlType::Q8_0, s.0, s.1, &data[at..at + size(s)]);
+                    at += size(s);
+                    m.expect("a whole Q8_0 matrix")
+                })
+                .collect()
+        })
+        .collect();
+    let mut ys: Vec<Vec<Vec<f32>>> = passes
+        .iter()
+        .map(|p| p.iter().map(|&(r, _)| vec![0.0; r]).collect())
+        .collect();
+    let kernels = dspark_quant::kernels();
+    let (mut ratios, mut reads) = (Vec::new(), Vec::new());
+    for run in 0..23 {
+        let r = read(&data);
+        let t = Instant::now();
+        for (ms, y) in mats.iter().zip(ys.iter_mut()) {
+            let x = vec![0.01f32; ms[0].cols];
+            let ws: Vec<&Matrix<'_>> = ms.iter().collect();
+            let mut outs: Vec<&mut [f32]> = y.iter_mut().map(|v| &mut v[..]).collect();
+            gemm_many_with(kernels, &ws, &x, &mut outs);
+        }
+        let p = t.elapsed().as_secs_f64();
+        if run >= 3 {
+            ratios.push(p / r);
+            reads.push(bytes as f64 / r / 1e9);
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    reads.sort_by(f64::total_cmp);
+    println!(
+        "decode-step products, {bytes} bytes, {} threads: read {:.1} GB/s (median); products ÷ read: median {:.3}, min {:.3}",
+        rayon::current_num_threads(),
+        reads[reads.len() / 2],
+        ratios[ratios.len() / 2],
+        ratios[0]
+    );
+}
