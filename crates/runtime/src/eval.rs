@@ -196,6 +196,8 @@ mod tests {
             p: Vec::new(),
             rollback: None,
             rollback_seconds: None,
+            draft_seconds: 0.0,
+            verify_seconds: 0.0,
         }
     }
 

@@ -240,6 +240,10 @@ pub struct Round {
     /// The seconds that round's rollback and commit took (recurrent targets).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollback_seconds: Option<f64>,
+    /// The seconds the drafter took (the block and its context update).
+    pub draft_seconds: f64,
+    /// The seconds the verify forward took (`verified` + 1 tokens).
+    pub verify_seconds: f64,
 }
 
 /// A step of a speculative run that did not draft (the schedule's gate), as `--trace`
@@ -254,6 +258,8 @@ pub struct PlainStep {
     pub plain: bool,
     /// The token committed (after stop rules: empty if cut).
     pub committed: Vec<u32>,
+    /// The seconds the target's forward took.
+    pub seconds: f64,
 }
 
 /// Wall time of a run, in seconds.
@@ -785,6 +791,7 @@ pub fn speculative_planned(
                 anchor,
                 plain: true,
                 committed: kept,
+                seconds: forward_s,
             });
             planner.record_plain_wall(step_start.elapsed().as_secs_f64());
             continue;
@@ -891,6 +898,8 @@ pub fn speculative_planned(
             p,
             rollback: recurrent.then_some(mode.name()),
             rollback_seconds: recurrent.then_some(commit_s),
+            draft_seconds: drafter_s,
+            verify_seconds: verify_s,
         });
         planner.record_round_wall(step_start.elapsed().as_secs_f64(), keep);
     }

@@ -28,8 +28,10 @@
 //! tokens per second than the last plain steps, timed whole, the gate shuts whatever the
 //! predictions say, until probe rounds bring the realised rate back. The prefill's
 //! forwards seed the costs of their widths ([`Planner::record_prefill`]); the warm-up
-//! alternates [`WARM_UP`] rounds verifying the whole block with plain steps (two timings
-//! of each, so that one slow one cannot shut the gate for long); while the gate is open a
+//! alternates plain steps with [`WARM_UP`] rounds (two timings of each, so that one slow
+//! one cannot shut the gate for long), each round verifying what the costs measured so
+//! far and the prior acceptance make best, at least one draft — never a whole block on
+//! faith, which on a model read from disk costs several decode steps; while the gate is open a
 //! plain step still comes every [`PLAIN_EVERY`] steps, so the cost drafting is judged
 //! against stays current. While the gate stays shut, a probe round still drafts,
 //! verifying at least one draft, after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
@@ -112,7 +114,7 @@ pub const COST_WINDOW: usize = 9;
 /// the probes).
 pub const PLAIN_EVERY: u64 = 32;
 
-/// Rounds of the warm-up, each verifying the whole block and followed by a plain step.
+/// Rounds of the warm-up, each after a plain step.
 pub const WARM_UP: u64 = 2;
 
 /// Rounds (and plain steps) whose realised speed is compared: the last this many.
@@ -323,23 +325,21 @@ impl Planner {
     }
 
     /// The plan of a drafting round whose length the history alone sets (the whole block):
-    /// a fixed schedule's, the warm-up's [`WARM_UP`] rounds (they measure the widest
-    /// verify twice), every [`FULL_EVERY`]-th round's.
+    /// a fixed schedule's, every [`FULL_EVERY`]-th round's after the warm-up.
     fn forced_round(&self) -> Option<Choice> {
         let full = self.schedule == Schedule::Fixed
             || self.max == 0
-            || self.rounds < WARM_UP
-            || self.rounds.is_multiple_of(FULL_EVERY);
+            || (self.rounds >= WARM_UP && self.rounds.is_multiple_of(FULL_EVERY));
         full.then_some(Choice {
             planned: self.max,
             predicted_gain: 1.0,
         })
     }
 
-    /// The fewest drafts a round verifies: one in a probe (a round drafted while the gate
-    /// is shut, which must observe an acceptance to reopen it), else none.
+    /// The fewest drafts a round verifies: one in a warm-up round or a probe (a round
+    /// drafted while the gate is shut), which must observe an acceptance, else none.
     fn least(&self) -> usize {
-        usize::from(self.max > 0 && !self.gate_open())
+        usize::from(self.max > 0 && (self.rounds < WARM_UP || !self.gate_open()))
     }
 
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
@@ -393,15 +393,15 @@ impl Planner {
     }
 
     /// Whether to draft this step (false: a plain decode step), decided before drafting
-    /// from the history alone (the gate), or because a probe is due. The warm-up:
-    /// [`WARM_UP`] rounds (measuring the drafter and the widest verify), each followed by
-    /// a plain step (measuring one).
+    /// from the history alone (the gate), or because a probe is due. The warm-up: a plain
+    /// step (measuring one), then a round (measuring the drafter and a verify), [`WARM_UP`]
+    /// times.
     pub fn draft_now(&self) -> bool {
         if self.schedule == Schedule::Fixed || self.max == 0 {
             return self.max > 0;
         }
         if self.steps < 2 * WARM_UP {
-            return self.steps.is_multiple_of(2);
+            return !self.steps.is_multiple_of(2);
         }
         if self.steps - self.last_plain > PLAIN_EVERY {
             return false;
@@ -554,11 +554,6 @@ impl Planner {
         self.verify[0] = self.verify_samples[0].push(forward_s).estimate();
         self.last_plain = self.steps;
         self.steps += 1;
-        // The warm-up's plain steps measured what its rounds' back-off guessed.
-        if self.steps == 2 * WARM_UP && self.rounds == WARM_UP {
-            self.failures = if self.gate_open() { 0 } else { 1 };
-            self.back_off();
-        }
     }
 
     /// Survivals `a_1..a_max` for this round: from the confidences calibrated per depth
@@ -611,7 +606,11 @@ impl Planner {
 
     /// Seconds of a verify forward of `m` tokens: measured; else linear between the nearest
     /// measured widths; below them, the line through the two lowest (at most the lowest's
-    /// cost, at least 0); above them, the highest's cost; 0 when none is measured.
+    /// cost, at least 0); above them, the line through the two highest (at least the
+    /// highest's cost), or in proportion to the width when only one is measured — a width
+    /// never measured is priced as dear as the measured ones allow, so that a schedule
+    /// tries it only when the acceptance justifies that price (on a model whose experts
+    /// are read from disk, a verify costs several decode steps); 0 when none is measured.
     pub fn verify_cost(&self, m: usize) -> f64 {
         let at = |i: usize| {
             self.verify
@@ -629,7 +628,10 @@ impl Planner {
         let above = (i + 1..widths).find_map(|k| at(k).map(|t| (k, t)));
         match (below, above) {
             (Some((k0, t0)), Some((k1, t1))) => t0 + (t1 - t0) * (i - k0) as f64 / (k1 - k0) as f64,
-            (Some((_, t)), None) => t,
+            (Some((k1, t1)), None) => match (0..k1).rev().find_map(|k| at(k).map(|t| (k, t))) {
+                Some((k0, t0)) => t1 + ((t1 - t0) / (k1 - k0) as f64).max(0.0) * (i - k1) as f64,
+                None => t1 * (i + 1) as f64 / (k1 + 1) as f64,
+            },
             (None, Some((k0, t0))) => match (k0 + 1..widths).find_map(|k| at(k).map(|t| (k, t))) {
                 Some((k1, t1)) => {
                     let slope = (t1 - t0) / (k1 - k0) as f64;
@@ -838,24 +840,26 @@ mod tests {
     #[test]
     fn warm_up_and_probes_measure_what_the_plan_would_not() {
         let mut p = Planner::new(Schedule::Adaptive, 8);
-        // The warm-up: whole-block rounds, each followed by a plain step.
+        // The warm-up: a plain step, then a round verifying what the costs measured so far
+        // price best, at least one draft: with one width measured, the others are priced
+        // in proportion (each token a step), so the prior acceptance buys one draft.
         for _ in 0..WARM_UP {
-            assert!(p.draft_now());
-            assert_eq!(
-                p.choose(&[]).planned,
-                8,
-                "the warm-up verifies the whole block"
-            );
-            p.record(8, 0, &[], 1.0, 9.0);
-            assert!(!p.draft_now(), "then a plain step");
+            assert!(!p.draft_now(), "a plain step first");
             p.record_plain(1.0);
+            assert!(p.draft_now(), "then a round");
+            let l = p.choose(&[]).planned;
+            assert_eq!(
+                l, 1,
+                "the warm-up verifies what its costs justify, not the block"
+            );
+            p.record(l, 0, &[], 1.0, 1.0 + l as f64);
         }
-        // Nothing is ever accepted. The warm-up rounds cost 9 plain steps more than what
-        // they committed: the first probe waits the longest (9 / 1 % = 900 steps, at most
-        // MAX_PROBE). A failed probe that cost X more than plain steps would have waits
-        // X / (1 % of a step) steps, or PROBE · 2^(k−1) after k failures when longer, up to
-        // MAX_PROBE; every 16th round verifies the whole block.
-        assert_eq!(p.probe_after, MAX_PROBE);
+        // Nothing is ever accepted. A warm-up round cost 2 plain steps more than the token
+        // it committed: the first probe waits 2 / 1 % = 200 steps. A failed probe that
+        // cost X more than plain steps would have waits X / (1 % of a step) steps, or
+        // PROBE · 2^(k−1) after k failures when longer, up to MAX_PROBE; every 16th round
+        // verifies the whole block.
+        assert_eq!(p.probe_after, 200);
         let mut probes = Vec::new();
         while p.steps < 2000 {
             if p.draft_now() {
@@ -873,11 +877,12 @@ mod tests {
             }
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
-        assert_eq!(probes[0], 2 * WARM_UP + MAX_PROBE - 1, "{probes:?}");
+        assert_eq!(probes[0], 2 * WARM_UP + 200, "{probes:?}");
         // A probe verifies one draft: its draft and the wider verify cost 2 steps more
-        // than the token it commits, 200 steps of budget, until the doubling (16, 32, 64,
-        // 128, 256) waits longer.
-        assert_eq!(gaps[..5], [200, 200, 200, 200, 256], "{probes:?}");
+        // than the token it commits, 200 steps of budget, until the doubling (the warm-up's
+        // two rounds counted among the failures: 64, 128, 256 after probes 1, 2, 3) waits
+        // longer.
+        assert_eq!(gaps[..5], [200, 200, 200, 256, 256], "{probes:?}");
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
         // the gate opens at once...
@@ -943,6 +948,15 @@ mod tests {
         assert_eq!(p.verify_cost(1), 2.0);
         p.verify[8] = Some(100.0);
         assert_eq!(p.verify_cost(1), 0.0);
+        // Above the widest measured, the line through the two widest (never falling); one
+        // width alone prices the others in proportion to their tokens.
+        let mut p = Planner::new(Schedule::Adaptive, 8);
+        p.verify[0] = Some(2.0);
+        assert_eq!(p.verify_cost(3), 6.0);
+        p.verify[1] = Some(3.0);
+        assert_eq!(p.verify_cost(5), 6.0);
+        p.verify[1] = Some(1.5);
+        assert_eq!(p.verify_cost(5), 1.5);
     }
 
     #[test]
