@@ -104,7 +104,13 @@ pub struct GenerateArgs {
     /// Write one JSON line per speculative round to this file (new unless --force).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Replace an existing --trace file.
+    /// Write the target's logits of every position of the prompt and the output to this file
+    /// (new unless --force), evaluated again after the run as one batch in prompt order, as
+    /// llama.cpp evaluates token ids: one JSON line per position, `{"position", "token",
+    /// "logits"}` (the row after that token), for comparisons with other implementations.
+    #[arg(long)]
+    pub logits: Option<PathBuf>,
+    /// Replace an existing --trace or --logits file.
     #[arg(long)]
     pub force: bool,
     /// Print one JSON object to stdout: `tokens`, `prompt_tokens`, `text` (with a
@@ -418,6 +424,12 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         }
         check_output(t, &inputs, a.force)?;
     }
+    if let Some(l) = &a.logits {
+        if a.trace.as_deref() == Some(l.as_path()) {
+            usage!("--logits and --trace name the same file");
+        }
+        check_output(l, &inputs, a.force)?;
+    }
     crate::start_threads(a.threads);
 
     // 2. Models and tokenizer, each checked by its contract.
@@ -576,6 +588,14 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         return Err(e).context("cannot write the output");
     }
     let outcome = result.map_err(|e| runtime_error(&a.target, e))?;
+    if let Some(path) = &a.logits {
+        let all: Vec<u32> = prompt.iter().chain(&outcome.tokens).copied().collect();
+        let file = AtomicFile::create(path)?;
+        crate::on_pool(|| write_logits(model, &all, a.attention, file.file()))
+            .map_err(|e| runtime_error(&a.target, e))
+            .and_then(|w| w.context("cannot write the logits"))?;
+        file.commit()?;
+    }
 
     // 5. Statistics.
     let stats = &outcome.stats;
@@ -609,6 +629,42 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
     } else {
         Outcome::Ok
     })
+}
+
+/// The target's logits of every position of `tokens`, evaluated in one fresh session in
+/// chunks of [`dspark_runtime::generate::PREFILL_CHUNK`] positions in prompt order, each
+/// chunk's rows written before the next is evaluated (memory: one chunk's rows), one JSON
+/// line per position. The outer error is the model's, the inner the file's.
+fn write_logits(
+    model: &std::sync::Arc<dyn dspark_runtime::TargetModel>,
+    tokens: &[u32],
+    attention: Attention,
+    file: &std::fs::File,
+) -> dspark_runtime::Result<std::io::Result<()>> {
+    use dspark_runtime::{Logits, SessionOptions};
+    let chunk = tokens.len().min(dspark_runtime::generate::PREFILL_CHUNK);
+    let mut session = std::sync::Arc::clone(model).session(&SessionOptions {
+        positions: tokens.len(),
+        undo: 0,
+        attention,
+    })?;
+    dspark_runtime::memory::check_fits(
+        session.step_bytes(chunk, Logits::All, 0),
+        "a chunk of the logits' evaluation",
+    )?;
+    let vocab = session.shape().vocab;
+    let mut w = BufWriter::new(file);
+    for (c, part) in tokens.chunks(chunk.max(1)).enumerate() {
+        let f =
+            dspark_quant::gemm::prompt_order(|| session.forward_commit(part, &[], Logits::All))?;
+        for (i, (row, &token)) in f.logits.chunks_exact(vocab).zip(part).enumerate() {
+            let line = json!({"position": c * chunk + i, "token": token, "logits": row});
+            if let Err(e) = writeln!(w, "{line}") {
+                return Ok(Err(e));
+            }
+        }
+    }
+    Ok(w.flush())
 }
 
 /// The statistics, llama.cpp-style, on stderr.

@@ -392,3 +392,87 @@ fn eval_and_bench_sample_when_asked() {
     );
     assert_eq!(b["sampling"]["temp"], 0.8f32);
 }
+
+/// `generate --logits` writes the target's logits of every position of the prompt and the
+/// output, evaluated again as one batch: one line per position with its token, the greedy
+/// output is each row's argmax from the prompt's last position on, and the file's bytes do
+/// not depend on the thread count. An existing file needs --force.
+#[test]
+fn generate_writes_the_logits_of_every_position() {
+    let t = Tmp::new();
+    let target = pair().join("target.gguf");
+    let out = |threads: &str, name: &str| -> (serde_json::Value, Vec<u8>) {
+        let path = t.path(name);
+        let o = dspark(&[
+            "generate",
+            "-m",
+            s(&target),
+            "-p",
+            "def main(argv):",
+            "-n",
+            "12",
+            "-t",
+            threads,
+            "--json",
+            "--logits",
+            s(&path),
+        ]);
+        assert_ok(&o);
+        (
+            serde_json::from_slice(&o.stdout).unwrap(),
+            fs::read(&path).unwrap(),
+        )
+    };
+    let (g, bytes) = out("2", "a.jsonl");
+    let prompt: Vec<u64> = g["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    let tokens: Vec<u64> = g["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    let rows: Vec<serde_json::Value> = String::from_utf8(bytes.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), prompt.len() + tokens.len());
+    for (i, (r, &tok)) in rows.iter().zip(prompt.iter().chain(&tokens)).enumerate() {
+        assert_eq!(r["position"].as_u64(), Some(i as u64));
+        assert_eq!(r["token"].as_u64(), Some(tok));
+        assert_eq!(r["logits"].as_array().unwrap().len(), 4096);
+    }
+    let argmax = |r: &serde_json::Value| {
+        let l: Vec<f64> = r["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u64
+    };
+    let greedy: Vec<u64> = rows[prompt.len() - 1..rows.len() - 1]
+        .iter()
+        .map(argmax)
+        .collect();
+    assert_eq!(greedy, tokens);
+    assert_eq!(out("1", "b.jsonl").1, bytes, "the same bytes on one thread");
+    let o = dspark(&[
+        "generate",
+        "-m",
+        s(&target),
+        "-p",
+        "x",
+        "-n",
+        "1",
+        "--logits",
+        s(&t.path("a.jsonl")),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "an existing file without --force");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--force"));
+}
