@@ -103,6 +103,18 @@ def first_diff(a, b):
     return None
 
 
+def dspark_logits(tokens, attention):
+    """dspark's logits of every prompt position (`generate --logits`: the tokens evaluated as
+    one batch in prompt order, as llama_dump evaluates them)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "l.jsonl"
+        subprocess.run([str(DSPARK), "generate", "--target", str(TARGET_GGUF), "--prompt-tokens",
+                        ",".join(map(str, tokens)), "-n", "1", "--ignore-eos", "--threads", "2",
+                        "--attention", attention, "--logits", str(out)], check=True, capture_output=True)
+        rows = [json.loads(line)["logits"] for line in open(out)]
+    return np.asarray(rows[:len(tokens)], dtype=np.float64)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=6)
@@ -117,7 +129,9 @@ def main():
     ref_model = kimi_k3_ref.KimiK3Gguf(str(TARGET_GGUF))
     q8_model = q8_activation_model()
     agg = {k: [] for k in ("torch64_vs_numpy_ref", "torch32_vs_torch64", "llama_default_vs_torch64",
-                           "llama_fa_off_f32_vs_torch64", "llama_fa_off_f32_vs_numpy_q8act", "llama_default_vs_numpy_q8act")}
+                           "llama_fa_off_f32_vs_torch64", "llama_fa_off_f32_vs_numpy_q8act", "llama_default_vs_numpy_q8act",
+                           "dspark_f16_logits_vs_llama_default", "dspark_f32_logits_vs_llama_fa_off_f32",
+                           "dspark_f16_logits_vs_torch64")}
     greedy = []
     for pi, text in enumerate(prompts):
         ids = tok.encode(text).ids
@@ -128,10 +142,14 @@ def main():
         lq8, _ = kimi_k3_ref.forward_model(q8_model, ids, q8_activations=True)
         ld = np.asarray(llama_dump(ids, [])["logits"])
         lf = np.asarray(llama_dump(ids, ["--fa", "off", "--ctk", "f32"])["logits"])
+        d16, d32 = dspark_logits(ids, "f16"), dspark_logits(ids, "f32")
         row = {"prompt": pi, "tokens": len(ids),
                "torch64_vs_numpy_ref": rel_rows(l64, lref), "torch32_vs_torch64": rel_rows(l32, l64),
                "llama_default_vs_torch64": rel_rows(ld, l64), "llama_fa_off_f32_vs_torch64": rel_rows(lf, l64),
-               "llama_fa_off_f32_vs_numpy_q8act": rel_rows(lf, lq8), "llama_default_vs_numpy_q8act": rel_rows(ld, lq8)}
+               "llama_fa_off_f32_vs_numpy_q8act": rel_rows(lf, lq8), "llama_default_vs_numpy_q8act": rel_rows(ld, lq8),
+               "dspark_f16_logits_vs_llama_default": rel_rows(d16, ld),
+               "dspark_f32_logits_vs_llama_fa_off_f32": rel_rows(d32, lf),
+               "dspark_f16_logits_vs_torch64": rel_rows(d16, l64)}
         for k in agg:
             agg[k].append(row[k])
         # greedy continuations
@@ -158,7 +176,9 @@ def main():
             f"torch32~torch64 {row['torch32_vs_torch64']['worst']:.1e}, llama(default)~torch64 "
             f"{row['llama_default_vs_torch64']['worst']:.1e} (median {row['llama_default_vs_torch64']['median']:.1e}), "
             f"llama(-fa off, f32)~torch64 {row['llama_fa_off_f32_vs_torch64']['worst']:.1e}, "
-            f"llama(-fa off, f32)~numpy(ggml act rounding) {row['llama_fa_off_f32_vs_numpy_q8act']['worst']:.1e}; argmax equal "
+            f"llama(-fa off, f32)~numpy(ggml act rounding) {row['llama_fa_off_f32_vs_numpy_q8act']['worst']:.1e}, "
+            f"dspark(f16)~llama(default) {row['dspark_f16_logits_vs_llama_default']['worst']:.1e}, "
+            f"dspark(f32)~llama(f32) {row['dspark_f32_logits_vs_llama_fa_off_f32']['worst']:.1e}; argmax equal "
             f"llama/torch {row['llama_default_vs_torch64']['argmax_equal']}/{len(ids)}; greedy {args.n}: "
             f"dspark(f16)=llama {g['dspark_f16_vs_llama_default']}, dspark(f32)=llama(f32) "
             f"{g['dspark_f32_vs_llama_fa_off_f32']}, torch=llama {g['torch32_vs_llama_default']}", LOG)
