@@ -163,48 +163,58 @@ const PROBE_MIN_MAPPED: usize = 512 << 20;
 /// the estimate, only time).
 const PROBE_MAX_MAPPED: usize = 4 << 30;
 
-/// Read bandwidth in bytes/s, as a plain multi-threaded read reaches it: the best of ten
-/// passes, each summing the bytes as 64-bit words (eight independent lanes, which the
-/// compiler turns into wide vector loads) in one contiguous slice per pool thread, so
-/// every thread streams its own part once. It reads the models' own mapped pages, the
-/// bytes the measured steps stream (the first [`PROBE_MAX_MAPPED`] of them), or, when
-/// they are smaller than [`PROBE_MIN_MAPPED`] or larger than half the memory available,
-/// a 1 GiB buffer of its own. Returns the
-/// bandwidth and what it read ("mapped models" or "1 GiB buffer").
-pub fn memory_bandwidth(mapped: &[&[u8]]) -> Result<(f64, &'static str)> {
-    let total: usize = mapped.iter().map(|m| m.len()).sum();
-    let own: Vec<u8>;
-    let mut parts: Vec<&[u8]> = Vec::new();
-    // A model larger than half the memory would be read from disk, and would push the
-    // steps' own pages out of the cache: read a buffer instead.
-    let fits = dspark_runtime::memory::available_memory().is_none_or(|m| total as u64 <= m / 2);
-    let source = if total >= PROBE_MIN_MAPPED && fits {
-        let mut left = PROBE_MAX_MAPPED;
-        for m in mapped {
+/// What the bandwidth probe reads: the models' own mapped pages, the bytes the measured
+/// steps stream (the first [`PROBE_MAX_MAPPED`] of them), or, when they are smaller than
+/// [`PROBE_MIN_MAPPED`] or larger than half the memory available (they would be read from
+/// disk and push the steps' own pages out of the cache), `own`, a 1 GiB buffer
+/// ([`probe_buffer`]). Returns the parts and what they are ("mapped models" or "1 GiB
+/// buffer").
+fn probe_parts<'a>(mapped: &[&'a [u8]], own: &'a Option<Vec<u8>>) -> (Vec<&'a [u8]>, &'static str) {
+    if let Some(buf) = own {
+        return (vec![&buf[..]], "1 GiB buffer");
+    }
+    let mut left = PROBE_MAX_MAPPED;
+    let parts = mapped
+        .iter()
+        .map(|m| {
             let take = m.len().min(left);
-            parts.push(&m[..take]);
             left -= take;
+            &m[..take]
+        })
+        .collect();
+    (parts, "mapped models")
+}
+
+/// The probe's own buffer when the mapped models will not do ([`probe_parts`]), allocated
+/// and written once for every probe of the run; `None` when they will.
+fn probe_buffer(mapped: &[&[u8]]) -> Result<Option<Vec<u8>>> {
+    let total: usize = mapped.iter().map(|m| m.len()).sum();
+    let fits = dspark_runtime::memory::available_memory().is_none_or(|m| total as u64 <= m / 2);
+    if total >= PROBE_MIN_MAPPED && fits {
+        return Ok(None);
+    }
+    const BYTES: usize = 1 << 30;
+    dspark_runtime::memory::check_fits(BYTES as u64, "the bandwidth measurement")?;
+    let mut buf: Vec<u8> = Vec::new();
+    buf.try_reserve_exact(BYTES)
+        .map_err(|_| anyhow::anyhow!("cannot allocate the bandwidth measurement's 1 GiB"))?;
+    // Written (a fill per 64 MiB, Ctrl-C heard between them), so every page is backed
+    // before the timed passes.
+    const PART: usize = 64 << 20;
+    for k in 0..BYTES / PART {
+        if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(anyhow::Error::new(crate::Interrupted));
         }
-        "mapped models"
-    } else {
-        const BYTES: usize = 1 << 30;
-        dspark_runtime::memory::check_fits(BYTES as u64, "the bandwidth measurement")?;
-        let mut buf: Vec<u8> = Vec::new();
-        buf.try_reserve_exact(BYTES)
-            .map_err(|_| anyhow::anyhow!("cannot allocate the bandwidth measurement's 1 GiB"))?;
-        // Written (a fill per 64 MiB, Ctrl-C heard between them), so every page is backed
-        // before the timed passes.
-        const PART: usize = 64 << 20;
-        for k in 0..BYTES / PART {
-            if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(anyhow::Error::new(crate::Interrupted));
-            }
-            buf.resize((k + 1) * PART, (k as u8) | 1);
-        }
-        own = buf;
-        parts.push(&own);
-        "1 GiB buffer"
-    };
+        buf.resize((k + 1) * PART, (k as u8) | 1);
+    }
+    Ok(Some(buf))
+}
+
+/// Read bandwidth of `parts` in bytes/s, as a plain multi-threaded read reaches it: the
+/// best of ten passes, each summing the bytes as 64-bit words (eight independent lanes,
+/// which the compiler turns into wide vector loads) in one contiguous slice per pool
+/// thread, so every thread streams its own part once.
+pub fn memory_bandwidth(parts: &[&[u8]]) -> Result<f64> {
     // One contiguous slice per thread: the parts cut into equal shares, whole 64-byte
     // lines each.
     let threads = rayon::current_num_threads().max(1);
@@ -212,7 +222,7 @@ pub fn memory_bandwidth(mapped: &[&[u8]]) -> Result<(f64, &'static str)> {
     let share = (bytes / threads).div_ceil(64) * 64;
     let mut slices: Vec<Vec<&[u8]>> = vec![Vec::new(); threads];
     let (mut t, mut room) = (0, share);
-    for p in &parts {
+    for p in parts {
         let mut rest: &[u8] = p;
         while !rest.is_empty() {
             let take = rest.len().min(room);
@@ -238,7 +248,7 @@ pub fn memory_bandwidth(mapped: &[&[u8]]) -> Result<(f64, &'static str)> {
         std::hint::black_box(s);
         best = best.min(t.elapsed().as_secs_f64());
     }
-    Ok((bytes as f64 / best, source))
+    Ok(bytes as f64 / best)
 }
 
 /// The wrapping sum of `b` as little-endian 64-bit words, eight lanes over whole 64-byte
@@ -404,7 +414,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         .collect::<Result<Vec<_>>>()?;
     let mapped: Vec<&[u8]> = maps.iter().map(|m| (**m).as_ref()).collect();
     let measured = crate::on_pool(|| -> Result<()> {
-        let (bandwidth, probe) = memory_bandwidth(&mapped)?;
+        let own = probe_buffer(&mapped)?;
+        let (parts, probe) = probe_parts(&mapped, &own);
+        let bandwidth = memory_bandwidth(&parts)?;
         doc["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
         doc["memory_bandwidth_probe"] = json!(probe);
         let bound = |b: u64| b as f64 / bandwidth * 1e3;
@@ -646,7 +658,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
 
         // The probe again after the steps: the machine's bandwidth drifts (a shared host),
         // and the bound is the higher reading (the tighter bound).
-        let (after, _) = memory_bandwidth(&mapped)?;
+        let after = memory_bandwidth(&parts)?;
         doc["memory_bandwidth_after_gb_s"] = json!(after / 1e9);
         if after > bandwidth {
             rebound(&mut doc, bandwidth, after);
