@@ -325,11 +325,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     };
     let mut stand_in = None;
     let drafter = match (&a.draft, &target, &a.target) {
-        (Some(d), Some(t), Some(tp)) => Some(load_drafter(
-            d,
-            &t.model.shape(),
-            &tp.display().to_string(),
-        )?),
+        (Some(d), Some(t), Some(tp)) => {
+            Some(load_drafter(d, &*t.model, &tp.display().to_string())?)
+        }
         (Some(d), None, _) => {
             let (drafter, head) = drafter_alone(d)?;
             stand_in = Some(head);

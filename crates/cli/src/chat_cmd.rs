@@ -221,11 +221,7 @@ pub fn run(a: ChatArgs) -> Result<Outcome> {
         a.chat_date,
     )?;
     let drafter: Option<Arc<Drafter>> = match &a.draft {
-        Some(p) => Some(load_drafter(
-            p,
-            &model.shape(),
-            &a.target.display().to_string(),
-        )?),
+        Some(p) => Some(load_drafter(p, &*model, &a.target.display().to_string())?),
         None => None,
     };
     a.spec.check(a.draft.is_some())?;

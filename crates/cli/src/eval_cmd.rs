@@ -179,7 +179,7 @@ pub fn run(a: EvalArgs) -> Result<Outcome> {
         None
     };
     let model = &target.model;
-    let drafter = load_drafter(&a.draft, &model.shape(), &a.target.display().to_string())?;
+    let drafter = load_drafter(&a.draft, &**model, &a.target.display().to_string())?;
     if a.no_markov && !drafter.has_markov() {
         usage!("--no-markov: {} has no Markov head", a.draft.display());
     }

@@ -501,11 +501,7 @@ pub fn run(a: GenerateArgs) -> Result<Outcome> {
         );
     }
     let drafter = match &a.draft {
-        Some(p) => Some(load_drafter(
-            p,
-            &model.shape(),
-            &a.target.display().to_string(),
-        )?),
+        Some(p) => Some(load_drafter(p, &**model, &a.target.display().to_string())?),
         None => None,
     };
 

@@ -87,8 +87,25 @@ pub fn require_tokenizer(
     }
 }
 
-/// Loads a drafter that must fit `target` (`target_path` names it in messages).
-pub fn load_drafter(path: &Path, target: &TargetShape, target_path: &str) -> Result<Arc<Drafter>> {
+/// Loads a drafter that must fit `model` (`target_path` names it in messages); when it
+/// borrows the target's LM head, the head gets its packed copy
+/// ([`TargetModel::pack_lm_head`]).
+pub fn load_drafter(
+    path: &Path,
+    model: &dyn TargetModel,
+    target_path: &str,
+) -> Result<Arc<Drafter>> {
+    let drafter = load_drafter_for(path, &model.shape(), target_path)?;
+    if drafter.borrows_lm_head() {
+        model
+            .pack_lm_head()
+            .map_err(|e| anyhow::anyhow!("{target_path}: {e}"))?;
+    }
+    Ok(drafter)
+}
+
+/// Loads a drafter that must fit a target of shape `target`.
+fn load_drafter_for(path: &Path, target: &TargetShape, target_path: &str) -> Result<Arc<Drafter>> {
     let bytes = map_model(path)?;
     let file = GgufFile::parse((*bytes).as_ref()).with_context(|| path.display().to_string())?;
     let checked = dspark_contract::drafter(&file, &dspark_quant::matrix_types())

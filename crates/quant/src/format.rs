@@ -201,6 +201,14 @@ pub struct FormatKernels {
     /// `vec_rows` (a verify of n columns is n steps), a prompt's products take `rows` where
     /// llama.cpp's do. 0: the rules of `relaid_rows` decide instead.
     pub tinyblas_cols: usize,
+    /// Rows · columns in dspark's own order, for products whose bits need not be
+    /// llama.cpp's (a drafter's: its proposals decide speed, never the output), on a matrix
+    /// with its packed copy: the fastest order this CPU's tiles allow, the bits of
+    /// `own_dot_ref`. `None`: such products take the llama.cpp orders too
+    /// ([`FormatKernels::own_rows_for`]).
+    pub own_rows: Option<RowKernel>,
+    /// The reference of `own_rows`.
+    pub own_dot_ref: Option<DotFn>,
 }
 
 impl FormatKernels {
@@ -228,6 +236,8 @@ impl FormatKernels {
             relaid_prompt_rows: None,
             relaid_prompt_dot_ref: None,
             tinyblas_cols: 0,
+            own_rows: None,
+            own_dot_ref: None,
         }
     }
 
@@ -306,6 +316,14 @@ impl FormatKernels {
             Some(k) if prompt && n >= crate::tiled::MIN_COLUMNS && !self.relaid(w) => k,
             _ => self.step_rows(w),
         }
+    }
+
+    /// The row kernel of `w` in dspark's own order ([`FormatKernels::own_rows`]), where
+    /// this CPU has one and `w` has its packed copy; `None`: the llama.cpp orders apply.
+    /// So a product's bits in the own order depend on the matrix's layout (packed or not,
+    /// decided once per file at load) and the CPU, as well as its inputs.
+    pub fn own_rows_for(&self, w: &Matrix<'_>) -> Option<RowKernel> {
+        self.own_rows.filter(|_| w.packed().is_some())
     }
 
     /// Values per block.

@@ -56,6 +56,29 @@ pub fn scratch_bytes(rows: usize, cols: usize, n: usize) -> u64 {
 thread_local! {
     /// Whether this thread's products are a prompt's ([`prompt_order`]).
     static PROMPT: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread's products may take dspark's own order ([`own_order`]).
+    static OWN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the plain products this thread starts ([`gemm`], [`gemm_many`]) in
+/// dspark's own order where the format has one and the matrix its packed copy
+/// ([`FormatKernels::own_rows_for`]); elsewhere the llama.cpp orders. For products whose
+/// bits need not be llama.cpp's: a drafter's forward, whose proposals decide how fast a
+/// run is, never what it outputs. Each column is still computed as it would be alone.
+pub fn own_order<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OWN.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(OWN.with(|p| p.replace(true)));
+    f()
+}
+
+/// Whether this thread is inside [`own_order`].
+pub fn in_own_order() -> bool {
+    OWN.with(|p| p.get())
 }
 
 /// Runs `f` with the products this thread starts in the order llama.cpp gives a prompt's
@@ -107,6 +130,7 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
     let x = Columns::with(kernels, format.activation, x, first.cols);
     let n = x.count();
     let prompt = in_prompt_order();
+    let own = in_own_order();
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(y.len(), n * w.rows, "y must hold {n} columns of {}", w.rows);
     }
@@ -115,7 +139,10 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
     // column-major output columns.
     let mut tasks: Vec<(&Matrix<'_>, RowKernel, usize, Vec<&mut [f32]>)> = Vec::new();
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
-        let kernel = format.rows_for(w, n, prompt);
+        let kernel = own
+            .then(|| format.own_rows_for(w))
+            .flatten()
+            .unwrap_or_else(|| format.rows_for(w, n, prompt));
         let mut columns: Vec<_> = y
             .chunks_mut(w.rows)
             .map(|col| col.chunks_mut(per))

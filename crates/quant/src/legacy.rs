@@ -78,6 +78,14 @@ pub(crate) fn dot_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
     if F::LANES {
         return dot_lanes_ref::<F>(row, x, c);
     }
+    dot_runs_ref::<F>(row, x, c)
+}
+
+/// The run-by-run order of the module documentation whatever the format's
+/// [`Runs32::LANES`]: exact integer sums per run, one fused multiply-add each. For the
+/// lane-order formats it is dspark's own order ([`crate::format::FormatKernels::own_rows`]),
+/// which its packed-tile kernel runs with a quarter of the float steps.
+pub(crate) fn dot_runs_ref<F: Runs32>(row: &[u8], x: &Columns<'_>, c: usize) -> f32 {
     let (xd, xq) = x.q8(c);
     let xs = x.q8_sums(c);
     let mut acc = 0.0f32;

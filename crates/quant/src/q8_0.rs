@@ -206,6 +206,12 @@ impl BlockFormat for Q8_0 {
                     unsafe { crate::legacy::tiles::rows_lanes_vnni::<Q8_0>(w, first, x, out) }
                 };
                 k.pack = Some(crate::legacy::tiles::pack::<Q8_0>);
+                k.own_rows = Some(|w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI
+                    // and the AVX2 set.
+                    unsafe { crate::legacy::tiles::rows_own_vnni::<Q8_0>(w, first, x, out) }
+                });
+                k.own_dot_ref = Some(crate::legacy::dot_runs_ref::<Q8_0>);
             }
         }
         let _ = cpu;

@@ -794,6 +794,97 @@ fn local_gemm_gives_the_same_bits_as_gemm() {
     }
 }
 
+/// dspark's own order (a drafter's products, [`crate::gemm::own_order`]) gives its
+/// reference's bits on a packed matrix — rows in whole tiles and past them, one to
+/// seventeen columns, every byte pattern of a block (Q8_0's -128 included) — and inside
+/// `own_order` `gemm` takes it exactly where the matrix is packed, the llama.cpp order
+/// elsewhere and outside.
+#[test]
+fn own_order_gives_its_reference_bits_where_packed() {
+    use crate::gemm::{gemm, own_order, Columns, Matrix};
+    let mut rng = Rng(41);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for k in fast_kernels() {
+        for f in k.formats.iter() {
+            assert_eq!(f.own_rows.is_some(), f.own_dot_ref.is_some(), "{}", f.ty);
+            let (Some(own), Some(dot)) = (f.own_rows, f.own_dot_ref) else {
+                continue;
+            };
+            assert!(
+                f.pack.is_some(),
+                "{}: the own order reads packed tiles",
+                f.ty
+            );
+            for (rows, cols) in [(16, 32), (37, 256), (48, 4096)] {
+                let q = f.sample(rows * cols, rng.next_u64());
+                let w = Matrix::new(f.ty, rows, cols, &q).unwrap();
+                let packed = (f.pack.unwrap())(&w).unwrap().unwrap();
+                let wp = w.with_packed(&packed);
+                let x: Vec<f32> = (0..17 * cols).map(|_| rng.normal()).collect();
+                for n in [1, 2, 3, 8, 9, 17] {
+                    let xc = Columns::with(&k, f.activation, &x[..n * cols], cols);
+                    let mut fast = vec![0.0f32; rows * n];
+                    for first in (0..rows).step_by(16) {
+                        let len = 16.min(rows - first) * n;
+                        own(&wp, first, &xc, &mut fast[first * n..first * n + len]);
+                    }
+                    for r in 0..rows {
+                        for c in 0..n {
+                            let want = dot(w.row(r), &xc, c);
+                            assert_eq!(
+                                fast[r * n + c].to_bits(),
+                                want.to_bits(),
+                                "{} {} rows {rows} cols {cols} n {n} row {r} column {c}",
+                                k.isa,
+                                f.ty
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The product driver: the own order inside `own_order` on packed matrices only.
+    for f in crate::kernels()
+        .formats
+        .iter()
+        .filter(|f| f.own_rows.is_some())
+    {
+        let (rows, cols) = (35, 512);
+        let q = f.sample(rows * cols, rng.next_u64());
+        let w = Matrix::new(f.ty, rows, cols, &q).unwrap();
+        let packed = (f.pack.unwrap())(&w).unwrap().unwrap();
+        let wp = w.with_packed(&packed);
+        let x: Vec<f32> = (0..5 * cols).map(|_| rng.normal()).collect();
+        for n in [1, 5] {
+            let xc = Columns::new(f.activation, &x[..n * cols], cols);
+            let want = |dot: crate::format::DotFn| -> Vec<u32> {
+                let mut v = vec![0.0f32; n * rows];
+                for c in 0..n {
+                    for r in 0..rows {
+                        v[c * rows + r] = dot(w.row(r), &xc, c);
+                    }
+                }
+                bits(&v)
+            };
+            let step = f.step_dot_ref(&w);
+            for (m, inside, dot) in [
+                (&wp, true, f.own_dot_ref.unwrap()),
+                (&w, true, step),
+                (&wp, false, step),
+            ] {
+                let mut y = vec![0.0f32; n * rows];
+                if inside {
+                    own_order(|| gemm(m, &x[..n * cols], &mut y));
+                } else {
+                    gemm(m, &x[..n * cols], &mut y);
+                }
+                assert_eq!(bits(&y), want(dot), "{} n {n} own {inside}", f.ty);
+            }
+        }
+    }
+}
+
 /// The F16-accumulator kernels (llama.cpp's flash-attention value sums) give their
 /// references' bits: lengths around the vector width, values
 /// near F16's limits (subnormal, overflowing to infinity).

@@ -182,6 +182,13 @@ pub trait TargetModel: Send + Sync {
     fn special_tokens(&self) -> SpecialTokens;
     /// Bytes of weights one decode step reads.
     fn weight_bytes(&self) -> u64;
+    /// Makes a packed copy of the LM head, for a drafter that borrows it: the drafter's
+    /// products take dspark's own order, whose kernel reads packed tiles
+    /// ([`dspark_quant::gemm::own_order`]); the target's own products read the copy too
+    /// (the same bits). A no-op where the head already has one or its kernels read none.
+    fn pack_lm_head(&self) -> Result<()> {
+        Ok(())
+    }
     /// A session on these weights, sized by `options`; refused (with the byte count) when
     /// the machine cannot hold it, or when its positions exceed the context.
     fn session(self: Arc<Self>, options: &SessionOptions) -> Result<Box<dyn Target + Send>>;

@@ -49,6 +49,9 @@ pub(crate) struct WeightRef {
     offset: usize,
     len: usize,
     packed: Option<Arc<Packed>>,
+    /// A packed copy made after load ([`WeightRef::pack_now`]: a target's LM head that a
+    /// drafter borrows), shared by the clones of this reference.
+    late: Arc<OnceLock<Arc<Packed>>>,
     /// Whether llama.cpp may re-lay the matrix ([`Layout::relaid`], [`WeightRef::not_relaid`]).
     relaid: bool,
     /// The verdict on the whole tensor's values, made once (shared by row ranges).
@@ -119,6 +122,7 @@ impl WeightRef {
             offset,
             len: t.data.len(),
             packed,
+            late: Arc::default(),
             relaid: layout.relaid,
             check: Arc::new(ValueCheck {
                 name: t.name.to_string(),
@@ -140,6 +144,7 @@ impl WeightRef {
         WeightRef {
             relaid: false,
             packed,
+            late: Arc::default(),
             ..self
         }
     }
@@ -187,10 +192,44 @@ impl WeightRef {
         )
         .expect("located and checked at load");
         let m = if self.relaid { m } else { m.not_relaid() };
-        match &self.packed {
+        match self
+            .packed
+            .as_deref()
+            .or_else(|| self.late.get().map(|p| &**p))
+        {
             Some(p) => m.with_packed(p),
             None => m,
         }
+    }
+
+    /// Makes the packed copy now for a matrix a drafter borrows (the target's LM head), if
+    /// it has none yet and this CPU has a kernel of dspark's own order for its format, which
+    /// reads packed tiles ([`dspark_quant::gemm::own_order`]); the target's kernels read the
+    /// copy too where they read one (the same bits either way). Reads the whole tensor
+    /// once; an allocation failure is an error naming it.
+    pub fn pack_now(&self, bytes: &[u8]) -> Result<()> {
+        if self.packed.is_some() || self.late.get().is_some() {
+            return Ok(());
+        }
+        let m = self.matrix(bytes);
+        let Some(f) = m.format() else { return Ok(()) };
+        let (true, Some(_), Some(pack)) = (f.reads_packed(f.relaid(&m)), f.own_rows, f.pack) else {
+            return Ok(());
+        };
+        let packed = pack(&m).map_err(|_| {
+            RuntimeError::tensor(
+                self.name(),
+                format!(
+                    "cannot allocate {} bytes for its packed copy (DSPARK_PACK=0 runs from the file's layout)",
+                    self.len
+                ),
+            )
+        })?;
+        if let Some(p) = packed {
+            // A concurrent caller may have set it first: the same bytes either way.
+            let _ = self.late.set(Arc::new(p));
+        }
+        Ok(())
     }
 
     /// Bytes of the tensor.
@@ -223,6 +262,7 @@ impl WeightRef {
             offset: self.offset + first * row_bytes,
             len: n * row_bytes,
             packed: None,
+            late: Arc::default(),
             relaid: self.relaid,
             check: Arc::clone(&self.check),
         }
@@ -336,6 +376,19 @@ impl Layout {
             relaid: env("DSPARK_REPACK").unwrap_or_else(|| {
                 crate::memory::physical_memory().is_none_or(|total| file_bytes <= total)
             }),
+        }
+    }
+
+    /// The layout of a drafter file of `file_bytes`: as [`Layout::for_file`], but packed
+    /// whatever its size (unless `DSPARK_PACK=0`). A drafter reads every one of its
+    /// weights for every block of 8–16 columns, and its products take dspark's own order
+    /// ([`dspark_quant::gemm::own_order`]), whose kernel reads packed tiles: Q8_0's
+    /// does a run's 32 products with one float step where the lane order takes eight.
+    pub fn for_drafter(file_bytes: u64) -> Layout {
+        let pack = std::env::var("DSPARK_PACK").as_deref() != Ok("0");
+        Layout {
+            pack,
+            ..Layout::for_file(file_bytes)
         }
     }
 }

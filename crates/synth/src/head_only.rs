@@ -4,7 +4,7 @@
 //! [`Target::forward`] is an error.
 
 use dspark_gguf::GgmlType;
-use dspark_quant::gemm::{gemm, Matrix};
+use dspark_quant::gemm::{gemm, Matrix, Packed};
 use dspark_runtime::{Forward, Logits, Result, RuntimeError, Target, TargetShape};
 
 use crate::rng::SplitMix64;
@@ -15,6 +15,9 @@ pub struct HeadOnlyTarget {
     hidden: usize,
     layers: usize,
     table: Vec<u8>,
+    /// The table's packed copy, as a target's LM head gets one when a drafter borrows it
+    /// (`TargetModel::pack_lm_head`), where this CPU's kernels read one.
+    packed: Option<Packed>,
 }
 
 impl HeadOnlyTarget {
@@ -45,16 +48,31 @@ impl HeadOnlyTarget {
                     }
                 }
             });
-        HeadOnlyTarget {
+        let mut t = HeadOnlyTarget {
             vocab,
             hidden,
             layers,
             table,
+            packed: None,
+        };
+        let packing = std::env::var("DSPARK_PACK").as_deref() != Ok("0");
+        let plain = t.plain();
+        let pack = plain.format().and_then(|f| f.pack).filter(|_| packing);
+        // A table that cannot be packed (no memory for the copy) runs from its own layout.
+        let packed = pack.and_then(|pack| pack(&plain).ok().flatten());
+        t.packed = packed;
+        t
+    }
+
+    /// The table as a matrix (`vocab` rows of `hidden`), with its packed copy if any.
+    pub fn matrix(&self) -> Matrix<'_> {
+        match &self.packed {
+            Some(p) => self.plain().with_packed(p),
+            None => self.plain(),
         }
     }
 
-    /// The table as a matrix (`vocab` rows of `hidden`).
-    pub fn matrix(&self) -> Matrix<'_> {
+    fn plain(&self) -> Matrix<'_> {
         Matrix::new(GgmlType::Q8_0, self.vocab, self.hidden, &self.table).expect("sizes set by new")
     }
 

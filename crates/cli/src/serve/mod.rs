@@ -134,7 +134,7 @@ pub fn run(a: ServeArgs) -> Result<Outcome> {
     let model = Arc::clone(&target.model);
     let drafter = match &a.draft {
         Some(p) => Some((
-            load_drafter(p, &model.shape(), &a.target.display().to_string())?,
+            load_drafter(p, &*model, &a.target.display().to_string())?,
             p.clone(),
         )),
         None => None,

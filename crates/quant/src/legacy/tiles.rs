@@ -42,6 +42,13 @@ const _: () = assert!(crate::gemm::TASK_ROW_ALIGN.is_multiple_of(TILE_ROWS));
 /// Columns sharing one pass over a tile.
 pub(crate) const GROUP: usize = 8;
 
+/// How far ahead of the block in use the run-order tile kernel ([`packed_rows`]) asks for
+/// the packed bytes (a task's tiles are contiguous, so this runs into the next tile). The
+/// seed drafter's block (2.03 GB of Q8_0 layers, 8 columns, 2 threads, alternated runs):
+/// 4 and 8 KiB took 103–108 ms where the same block of the next tile (122–313 KB ahead,
+/// past the 32 KiB L1) took 115–117 and 16–32 KiB 112–121.
+const TILE_PREFETCH: usize = 8192;
+
 /// Up to how many columns a pass shifts the integer sums rather than the code registers
 /// (formats with [`TileRuns::HIGH_X16`]): one shift per column against four per run.
 const X16_SUMS_UP_TO: usize = 2;
@@ -78,8 +85,9 @@ pub(crate) trait TileRuns: Runs32 {
     const HIGH_X16: bool = false;
 
     /// Whether [`TileRuns::tile_codes`] gives the signed values themselves (Q8_0), met as
-    /// `|w| · ±q` with the sign of `w` (the AVX2 sign trick's products, its 8-bit wrap
-    /// included) rather than as unsigned codes; only the lane-order kernel reads these.
+    /// `|w| · ±q` with the sign of `w` by the lane-order kernel (the AVX2 sign trick's
+    /// products, its 8-bit wrap included), and as codes `w + 128` corrected by `-128 · Σq`
+    /// (exact) by the run-order one, [`rows_own_vnni`].
     const TILE_SIGNED: bool = false;
 
     /// Whether the AVX2 kernel reads the tiles: its `vpmaddubsw` saturates pair sums, so
@@ -306,8 +314,9 @@ pub(crate) fn pack<F: TileRuns>(
 }
 
 /// One packed tile (16 rows of `nb` blocks) · G columns: lane r of column c's result is
-/// row r's dot product with column c, the bits of [`super::dot_ref`]. While it walks the
-/// tile it prefetches `ahead` (the next tile, block by block).
+/// row r's dot product with column c, the bits of [`super::dot_runs_ref`] (`dot_ref`
+/// itself but for Q8_0, whose signed tiles are read as `v + 128`). While it walks the tile
+/// it prefetches `ahead` (block by block, [`TILE_PREFETCH`] ahead).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, VL, BW and VNNI plus AVX2, FMA and F16C; `tile` is one
@@ -321,6 +330,7 @@ unsafe fn tile<F: TileRuns, const G: usize>(
 ) -> [__m512; G] {
     assert_eq!(tile.len(), nb * F::TILE_BLOCK_BYTES);
     let offset = F::TILE_OFFSET != 0;
+    let flip = _mm512_set1_epi8(i8::MIN);
     let mut acc = [_mm512_setzero_ps(); G];
     let mut macc = [_mm512_setzero_ps(); G];
     for b in 0..nb {
@@ -333,6 +343,13 @@ unsafe fn tile<F: TileRuns, const G: usize>(
             let j = b * F::SUBS + sub;
             // SAFETY: as above.
             let mut codes = unsafe { F::tile_codes(p, sub) };
+            if F::TILE_SIGNED {
+                // Signed values as unsigned codes `v + 128` (the top bit flipped), met as
+                // `code · q` and corrected by `-128 · Σq` below: exact for every value.
+                for code in &mut codes {
+                    *code = _mm512_xor_si512(*code, flip);
+                }
+            }
             let shift_sums = F::HIGH_X16 && G <= X16_SUMS_UP_TO;
             if F::HIGH_X16 && !shift_sums {
                 for code in &mut codes[4..] {
@@ -353,7 +370,9 @@ unsafe fn tile<F: TileRuns, const G: usize>(
                             .read_unaligned(),
                     )
                 };
-                let start = if offset {
+                let start = if F::TILE_SIGNED {
+                    _mm512_set1_epi32(x.bias[c][j])
+                } else if offset {
                     _mm512_set1_epi32(x.correction(c, j, F::TILE_OFFSET))
                 } else {
                     _mm512_setzero_si512()
@@ -389,7 +408,8 @@ unsafe fn tile<F: TileRuns, const G: usize>(
 }
 
 /// Where a tile kernel prefetches while it walks its blocks: at block b, the lines of
-/// `start + b · TILE_BLOCK_BYTES ..` (the same block of the next tile), or nothing.
+/// `start + b · TILE_BLOCK_BYTES ..` (a fixed distance ahead, or the same block of the next
+/// tile), or nothing.
 /// Prefetching never faults, so `start` may point past the matrix.
 #[derive(Clone, Copy)]
 struct Ahead {
@@ -414,8 +434,8 @@ impl Ahead {
 /// The rows of a task that lie in whole packed tiles (when the matrix has them and the
 /// task starts on a tile), every column, into `out`; returns how many rows it did.
 /// Column groups go outside, tiles inside, so a group's columns are prepared once per
-/// task; the first group prefetches the next tile while it walks one (the later groups
-/// find the task's tiles cached).
+/// task; the first group prefetches [`TILE_PREFETCH`] ahead while it walks a tile (the
+/// later groups find the task's tiles cached).
 ///
 /// # Safety
 /// As [`tile`].
@@ -432,7 +452,8 @@ unsafe fn packed_rows<F: TileRuns>(
     let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
         return 0;
     };
-    let offset = F::TILE_OFFSET != 0;
+    // Signed tiles read `-128 · Σq` per run too.
+    let offset = F::TILE_OFFSET != 0 || F::TILE_SIGNED;
     let mut done = 0;
     while done < n {
         let g = group_size(n, done, GROUP);
@@ -442,7 +463,7 @@ unsafe fn packed_rows<F: TileRuns>(
                 for t in 0..tiles {
                     let at = (first / TILE_ROWS + t) * tile_bytes;
                     let ahead = Ahead {
-                        start: packed.as_ptr().wrapping_add(at + tile_bytes),
+                        start: packed.as_ptr().wrapping_add(at + TILE_PREFETCH),
                         on: done == 0,
                     };
                     let tile_at = &packed[at..at + tile_bytes];
@@ -656,6 +677,36 @@ pub(crate) unsafe fn rows_vnni<F: TileRuns + Avx2Runs>(
     if tiled * n < out.len() {
         // SAFETY: AVX2, FMA and F16C are among this function's requirements.
         unsafe { rows_avx2::<F>(w, first + tiled, x, &mut out[tiled * n..]) };
+    }
+}
+
+/// dspark's own order for a lane-order format with signed tiles (Q8_0): rows in whole
+/// packed tiles by [`tile`] (the run order, exact integer sums: the bits of
+/// [`super::dot_runs_ref`]), the others, and every row of a matrix without its packed
+/// copy, by that reference itself (the product driver gives this kernel only matrices
+/// with a packed copy, whose tasks start on whole tiles, so that part is at most a
+/// matrix's last 15 rows).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, VL, BW and VNNI plus AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn rows_own_vnni<F: TileRuns>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
+    let tiled = unsafe { packed_rows::<F>(w, first, x, out) };
+    if tiled * n < out.len() {
+        crate::format::rows_by_dot(
+            w,
+            first + tiled,
+            x,
+            &mut out[tiled * n..],
+            super::dot_runs_ref::<F>,
+        );
     }
 }
 

@@ -95,7 +95,7 @@ impl Drafter {
     pub fn load(bytes: ModelBytes, file: &DraftFile<'_>, target: &TargetShape) -> Result<Drafter> {
         dspark_contract::fit::check(file, target)?;
         let b: &[u8] = (*bytes).as_ref();
-        let layout = crate::weights::Layout::for_file(b.len() as u64);
+        let layout = crate::weights::Layout::for_drafter(b.len() as u64);
         let hparams = file.hparams().clone();
         let layers = file
             .layers()
@@ -180,6 +180,11 @@ impl Drafter {
         } else {
             self.hparams.block_size - 1
         }
+    }
+
+    /// Whether the drafter borrows its target's LM head (it has no `output` of its own).
+    pub fn borrows_lm_head(&self) -> bool {
+        self.output.is_none()
     }
 
     /// Whether it has the Markov head.
@@ -326,6 +331,11 @@ impl DraftSession {
     /// (`captured layers × hidden` each, the target's capture order), for positions
     /// `len()..len()+n`. Each layer caches their keys and values.
     pub fn add_context(&mut self, features: &[f32]) -> Result<()> {
+        dspark_quant::gemm::own_order(|| self.add_context_own(features))
+    }
+
+    /// [`DraftSession::add_context`] inside [`dspark_quant::gemm::own_order`].
+    fn add_context_own(&mut self, features: &[f32]) -> Result<()> {
         let model = Arc::clone(&self.model);
         let (c, bytes) = (&model.hparams, model.bytes());
         let width = c.target_layer_ids.len() * c.hidden;
@@ -390,7 +400,19 @@ impl DraftSession {
         self.draft_with(target, anchor, Some(sampler))
     }
 
+    /// A drafter's products take dspark's own order where its matrices (and the target's
+    /// LM head it borrows) are packed ([`dspark_quant::gemm::own_order`]): its proposals
+    /// decide how fast a run is, never what it outputs.
     fn draft_with(
+        &self,
+        target: &dyn Target,
+        anchor: u32,
+        sampler: Option<&mut Sampler>,
+    ) -> Result<Draft> {
+        dspark_quant::gemm::own_order(|| self.draft_own(target, anchor, sampler))
+    }
+
+    fn draft_own(
         &self,
         target: &dyn Target,
         anchor: u32,

@@ -149,6 +149,9 @@ impl TargetModel for Llama {
     fn weight_bytes(&self) -> u64 {
         self.decoder.weight_bytes()
     }
+    fn pack_lm_head(&self) -> Result<()> {
+        self.decoder.pack_lm_head()
+    }
     fn session(
         self: Arc<Self>,
         options: &crate::target::SessionOptions,

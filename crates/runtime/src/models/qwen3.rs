@@ -169,6 +169,9 @@ impl crate::target::TargetModel for Qwen3 {
     fn weight_bytes(&self) -> u64 {
         Qwen3::weight_bytes(self)
     }
+    fn pack_lm_head(&self) -> Result<()> {
+        self.decoder.pack_lm_head()
+    }
     fn session(
         self: Arc<Self>,
         options: &crate::target::SessionOptions,

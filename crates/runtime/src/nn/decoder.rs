@@ -119,6 +119,11 @@ impl Decoder {
     pub fn lm_head(&self, hidden: &[f32], logits: &mut [f32]) {
         gemm(&self.output.matrix(self.bytes()), hidden, logits);
     }
+
+    /// [`crate::target::TargetModel::pack_lm_head`].
+    pub fn pack_lm_head(&self) -> Result<()> {
+        self.output.pack_now(self.bytes())
+    }
 }
 
 /// Something built on a [`Decoder`] (a target model), so one session type serves all.

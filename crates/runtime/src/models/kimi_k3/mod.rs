@@ -610,6 +610,11 @@ impl KimiK3 {
     pub fn lm_head(&self, hidden: &[f32], logits: &mut [f32]) {
         gemm(&self.output.matrix(self.bytes()), hidden, logits);
     }
+
+    /// [`crate::target::TargetModel::pack_lm_head`].
+    pub fn pack_lm_head(&self) -> Result<()> {
+        self.output.pack_now(self.bytes())
+    }
 }
 
 impl crate::target::TargetModel for KimiK3 {
@@ -627,6 +632,9 @@ impl crate::target::TargetModel for KimiK3 {
     }
     fn weight_bytes(&self) -> u64 {
         KimiK3::weight_bytes(self)
+    }
+    fn pack_lm_head(&self) -> Result<()> {
+        KimiK3::pack_lm_head(self)
     }
     fn session(
         self: Arc<Self>,
