@@ -29,4 +29,5 @@ stage drafter;  [ -f "$WORK/draft_summary.json" ] || timed $PY train_drafter.py 
 stage export_draft; timed $PY export_draft.py
 stage eval;     [ -f "$WORK/eval/eval.json" ] || timed $PY eval.py --draft ../../examples/k3-pair/draft
 stage runtime;  [ -f "$WORK/eval/runtime.json" ] || timed $PY runtime_eval.py
+stage rollback; [ -f "$WORK/eval/rollback.json" ] || timed $PY rollback_mix.py
 stage finalize; timed $PY finalize.py

@@ -7,6 +7,7 @@
 mod code_pair;
 mod common;
 mod eval;
+mod k3_pair;
 mod kimi_k3;
 mod llama_layout;
 mod llama_target;

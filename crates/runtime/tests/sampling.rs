@@ -551,11 +551,7 @@ fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
     write_k3_pair(&K3Geometry::tiny(), dir.path(), 3, &|_, _| true).unwrap();
     let target = run::kimi_k3(std::fs::read(dir.path().join("target.gguf")).unwrap());
     let drafter = run::drafter_for(run::convert(&dir.path().join("draft")), &target.shape());
-    let prompt: Vec<u32> = vec![40, 287, 11, 124, 12, 33];
-    let k = 4;
-    let drafts = drafter.drafts_per_block();
-    let mut rounds = 0;
-    for (s, rollback) in [
+    let settings = [
         (
             Sampling {
                 temp: 1.0,
@@ -576,8 +572,70 @@ fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
             },
             Rollback::Snapshots,
         ),
-    ] {
-        let law = exact_law(&prompt, k, s, |history| {
+    ];
+    let (rounds, _) = assert_k3_law(
+        "kimi-k3",
+        &target,
+        &drafter,
+        &[40, 287, 11, 124, 12, 33],
+        &settings,
+    );
+    assert!(rounds > 1500, "{rounds} rounds");
+}
+
+/// The trained K3 pair of `examples/k3-pair` (MXFP4 experts, KDA and MLA, a drafter that
+/// accepts ~5 tokens a round greedily): speculative sampling keeps the target's law with
+/// either rollback, and drafts are accepted, not only resampled.
+#[test]
+fn the_trained_k3_pair_samples_the_targets_law_under_both_rollbacks() {
+    use dspark_runtime::Rollback;
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/k3-pair");
+    let target = run::kimi_k3(std::fs::read(dir.join("target.gguf")).unwrap());
+    let drafter = run::drafter_for(run::convert(&dir.join("draft")), &target.shape());
+    let settings = [
+        (
+            Sampling {
+                temp: 1.0,
+                top_k: 3,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: 0,
+            },
+            Rollback::Replay,
+        ),
+        (
+            Sampling {
+                temp: 0.7,
+                top_k: 3,
+                top_p: 0.9,
+                min_p: 0.1,
+                seed: 0,
+            },
+            Rollback::Snapshots,
+        ),
+    ];
+    // The start of a held-out prompt's tokens.
+    let prompt = [260, 350, 746, 388, 297, 64, 46, 829, 48, 83];
+    let (_, accepted) = assert_k3_law("k3 pair", &target, &drafter, &prompt, &settings);
+    assert!(accepted > 500, "{accepted} drafts accepted");
+}
+
+/// For each (settings, rollback): the exact law of the first four tokens after `prompt`
+/// from the K3 target's own logits, then 1,500 seeded speculative runs with that rollback
+/// fixed, χ²-tested against it per position and jointly. Returns the rounds run and the
+/// drafts accepted.
+fn assert_k3_law(
+    what: &str,
+    target: &std::sync::Arc<dspark_runtime::KimiK3>,
+    drafter: &std::sync::Arc<dspark_runtime::Drafter>,
+    prompt: &[u32],
+    settings: &[(Sampling, dspark_runtime::Rollback)],
+) -> (usize, usize) {
+    let k = 4;
+    let drafts = drafter.drafts_per_block();
+    let mut counter = CountRounds::default();
+    for &(s, rollback) in settings {
+        let law = exact_law(prompt, k, s, |history| {
             let mut session = target.session(history.len(), 1).unwrap();
             session
                 .forward_commit(history, &[], Logits::Last)
@@ -585,7 +643,6 @@ fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
                 .logits
         });
         let n = 1500;
-        let mut counter = CountRounds(0);
         let plan = Plan {
             rollback: Some(rollback),
             ..Plan::FIXED
@@ -594,7 +651,7 @@ fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
             .map(|seed| {
                 let req = Request {
                     context: 64,
-                    ..request(&prompt, k, Sampling { seed, ..s })
+                    ..request(prompt, k, Sampling { seed, ..s })
                 };
                 let positions = req.positions(drafts);
                 let mut t = target.session(positions, drafts + 1).unwrap();
@@ -604,18 +661,22 @@ fn kimi_k3_samples_the_targets_law_under_both_rollbacks() {
                     .tokens
             })
             .collect();
-        rounds += counter.0;
         let (t, count) = tally(k, outputs.into_iter());
-        assert_matches(&format!("kimi-k3, {rollback:?}, {s:?}"), &t, count, &law, k);
+        assert_matches(&format!("{what}, {rollback:?}, {s:?}"), &t, count, &law, k);
     }
-    assert!(rounds > 1500, "{rounds} rounds");
+    (counter.rounds, counter.accepted)
 }
 
-struct CountRounds(usize);
+#[derive(Default)]
+struct CountRounds {
+    rounds: usize,
+    accepted: usize,
+}
 
 impl Observer for CountRounds {
-    fn round(&mut self, _: &Round) {
-        self.0 += 1;
+    fn round(&mut self, r: &Round) {
+        self.rounds += 1;
+        self.accepted += r.accepted;
     }
 }
 

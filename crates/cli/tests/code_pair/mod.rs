@@ -144,7 +144,9 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
     // head carries much of it: without its bias the same checkpoint accepts far less.
     let tau = a["mean_acceptance_length"].as_f64().unwrap();
     assert!(tau > 1.9, "tau {tau}");
-    // Packed weight tiles (on CPUs whose kernels read them) change no result.
+    // Packed weight tiles (on CPUs whose kernels read them) change no target product. The
+    // drafter's products take dspark's own order where its matrices are packed (AVX-512
+    // VNNI), so its confidences may move in the last bits; on this pair no proposal does.
     let unpacked = eval_env(
         s(&target),
         s(&dd),
@@ -152,8 +154,15 @@ fn trained_pair_converts_in_both_layouts_and_speculates_losslessly() {
         &[],
         &[("DSPARK_PACK", "0")],
     );
-    for key in ["per_prompt", "acceptance_histogram", "calibration"] {
+    assert_eq!(unpacked["identical_to_ar"], true);
+    for key in ["per_prompt", "acceptance_histogram"] {
         assert_eq!(a[key], unpacked[key], "{key} with DSPARK_PACK=0");
+    }
+    for (x, y) in per_position(&a).iter().zip(per_position(&unpacked)) {
+        assert!(
+            (x - y).abs() < 1e-3,
+            "confidence {x} vs {y} with DSPARK_PACK=0"
+        );
     }
     let plain = eval(s(&target), s(&dd), s(&prompts), &["--no-markov"]);
     assert_markov_gain(tau, &plain, 0.4);
