@@ -184,10 +184,13 @@ def errors():
 
 def busy(k):
     """k long requests at once on a server of one slot and a queue of one: one runs, one
-    waits, the rest are refused with 503 and Retry-After; then the server is idle again."""
+    waits, the rest are refused with 503 and Retry-After; then the server is idle again.
+    The requests start 50 ms apart (in order) and each asks for 256 tokens, so all k arrive
+    while the first still runs however fast the machine decodes (64 tokens 200 ms apart did
+    not, on a quiet 2-core host: every request was served)."""
     import threading
     results = [None] * k
-    body = {"messages": CASES["long"], "max_tokens": 64, "temperature": 0}
+    body = {"messages": CASES["long"], "max_tokens": 256, "temperature": 0}
 
     def one(i):
         status, text, headers = http("POST", "/v1/chat/completions", body)
@@ -196,7 +199,7 @@ def busy(k):
     threads = [threading.Thread(target=one, args=(i,)) for i in range(k)]
     for t in threads:
         t.start()
-        time.sleep(0.2)
+        time.sleep(0.05)
     for t in threads:
         t.join()
     return {"results": results, "deferred_after": metric("llamacpp:requests_deferred"),
