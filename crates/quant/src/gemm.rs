@@ -13,6 +13,7 @@
 //! does for its CPU matmul), then every row kernel call reads it.
 
 use std::cell::Cell;
+use std::thread::LocalKey;
 
 use rayon::prelude::*;
 
@@ -60,20 +61,26 @@ thread_local! {
     static OWN: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Runs `f` with this thread's `flag` set, restoring what it was afterwards (also when
+/// `f` panics).
+fn with_flag<R>(flag: &'static LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static LocalKey<Cell<bool>>, bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            self.0.with(|p| p.set(self.1));
+        }
+    }
+    let _restore = Restore(flag, flag.with(|p| p.replace(true)));
+    f()
+}
+
 /// Runs `f` with the plain products this thread starts ([`gemm`], [`gemm_many`]) in
 /// dspark's own order where the format has one and the matrix its packed copy
 /// ([`FormatKernels::own_rows_for`]); elsewhere the llama.cpp orders. For products whose
 /// bits need not be llama.cpp's: a drafter's forward, whose proposals decide how fast a
 /// run is, never what it outputs. Each column is still computed as it would be alone.
 pub fn own_order<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            OWN.with(|p| p.set(self.0));
-        }
-    }
-    let _restore = Restore(OWN.with(|p| p.replace(true)));
-    f()
+    with_flag(&OWN, f)
 }
 
 /// Whether this thread is inside [`own_order`].
@@ -88,14 +95,7 @@ pub fn in_own_order() -> bool {
 /// decode steps, bit for bit). Products started from other threads (a parallel loop's
 /// per-head or per-expert products) are not affected.
 pub fn prompt_order<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            PROMPT.with(|p| p.set(self.0));
-        }
-    }
-    let _restore = Restore(PROMPT.with(|p| p.replace(true)));
-    f()
+    with_flag(&PROMPT, f)
 }
 
 /// Whether this thread is inside [`prompt_order`].
