@@ -35,8 +35,10 @@
 //! plain step still comes every [`PLAIN_EVERY`] steps, so the cost drafting is judged
 //! against stays current. While the gate stays shut, a probe round still drafts,
 //! verifying at least one draft, after [`PROBE`] plain steps, then after twice as many each time it does not reopen the
-//! gate, and at least as many as keep the failed round's extra time within
-//! [`PROBE_BUDGET`] of plain decoding, up to [`MAX_PROBE`]; and every [`FULL_EVERY`]-th
+//! gate, and at least as many as keep the extra time of every round since the gate shut
+//! (the warm-up's included) within [`PROBE_BUDGET`] of the plain decoding since, up to
+//! [`MAX_PROBE`] (once a round has shut the gate, only a probe's result reopens it, not
+//! the predictions of costs that swung since); and every [`FULL_EVERY`]-th
 //! round verifies the whole block, so the statistics never freeze and a drafter that never
 //! pays costs a few per cent.
 //!
@@ -86,9 +88,11 @@ pub const PROBE: u64 = 8;
 /// The longest run of plain steps between probes.
 pub const MAX_PROBE: u64 = 256;
 
-/// The share of the plain decoding time a failed probe may cost (1 %): after one, the next
-/// waits at least as many plain steps as its extra time over those steps is this share of
-/// (doubling after [`PROBE`] as long as that is longer).
+/// The share of the plain decoding time failed rounds may cost (1 %): after one, the next
+/// probe waits until the extra time of all the rounds since the gate shut (the warm-up's
+/// among them) is at most this share of the plain steps since (doubling after [`PROBE`] as
+/// long as that is longer; at most [`MAX_PROBE`]). So a drafter that never pays costs a
+/// short run its warm-up and a long one about this share.
 pub const PROBE_BUDGET: f64 = 0.01;
 
 /// Every this many rounds one verifies the whole block, whatever the plan, so the
@@ -165,6 +169,10 @@ pub struct Planner {
     probe_after: u64,
     /// Rounds in a row that left the gate shut.
     failures: u32,
+    /// Seconds those rounds cost beyond plain steps for the tokens they committed (by the
+    /// estimates), and the plain steps since the first of them: the probe budget's books.
+    debt: f64,
+    plain_while_shut: u64,
     /// Seconds the last round took (drafter and verify) and the tokens it committed.
     last_cost: (f64, usize),
     /// What undoing rejected drafts costs a recurrent target.
@@ -221,6 +229,8 @@ impl Planner {
             last_plain: 0,
             probe_after: PROBE,
             failures: 0,
+            debt: 0.0,
+            plain_while_shut: 0,
             last_cost: (0.0, 0),
             rollback: RollbackCosts {
                 snapshots: vec![None; max + 1],
@@ -342,10 +352,20 @@ impl Planner {
         usize::from(self.max > 0 && (self.rounds < WARM_UP || !self.gate_open()))
     }
 
+    /// Whether drafting may go on without a probe: the last round left the history
+    /// saying drafting pays ([`Planner::pays`]), and it still says so. Once a round has
+    /// shut the gate, only a probe's result reopens it: the costs of a model read from
+    /// disk swing with what the page cache holds (a plain step may cost twice what it
+    /// cost a few steps before, next to a verify timed then), and predictions from costs
+    /// timed apart must not buy rounds the probe budget does not allow.
+    fn gate_open(&self) -> bool {
+        self.failures == 0 && self.pays()
+    }
+
     /// Whether the history says drafting pays: the best rate over lengths 1..=max beats a
     /// plain step's by [`MIN_GAIN`], and the rounds as they were realised did not lose to
     /// the plain steps as they were realised ([`Planner::realised_losing`]).
-    fn gate_open(&self) -> bool {
+    fn pays(&self) -> bool {
         let history = self.survivals(&[]);
         let best = (1..=self.max)
             .map(|l| self.rate(&history, l))
@@ -505,28 +525,30 @@ impl Planner {
             self.draft.unwrap_or(drafter_s) + self.verify_cost(verified + 1),
             accepted + 1,
         );
-        self.failures = if self.gate_open() {
-            0
-        } else {
-            self.failures + 1
-        };
+        self.failures = if self.pays() { 0 } else { self.failures + 1 };
         self.back_off();
     }
 
     /// Sets the plain steps before the next probe: [`PROBE`] while the gate is open; after
-    /// `k` rounds in a row that left it shut, `PROBE · 2^(k−1)`, or more when the last
-    /// round's extra time over plain steps is more than [`PROBE_BUDGET`] of that many
-    /// plain steps; at most [`MAX_PROBE`].
+    /// `k` rounds in a row that left it shut, `PROBE · 2^(k−1)`, or more when the extra
+    /// time of those `k` rounds over plain steps is more than [`PROBE_BUDGET`] of the
+    /// plain steps since the first of them and those to wait; at most [`MAX_PROBE`].
     fn back_off(&mut self) {
         if self.failures == 0 {
             self.probe_after = PROBE;
+            self.debt = 0.0;
+            self.plain_while_shut = 0;
             return;
         }
         let plain = self.verify_cost(1);
         let (cost, tokens) = self.last_cost;
         let extra = cost - tokens as f64 * plain;
+        if extra.is_finite() {
+            self.debt += extra.max(0.0);
+        }
         let budget = if plain > 0.0 {
-            (extra.max(0.0) / (PROBE_BUDGET * plain)).ceil() as u64
+            ((self.debt / (PROBE_BUDGET * plain)).ceil() as u64)
+                .saturating_sub(self.plain_while_shut)
         } else {
             0
         };
@@ -552,6 +574,9 @@ impl Planner {
     /// Records a plain decode step of `forward_s` seconds.
     pub fn record_plain(&mut self, forward_s: f64) {
         self.verify[0] = self.verify_samples[0].push(forward_s).estimate();
+        if self.failures > 0 {
+            self.plain_while_shut += 1;
+        }
         self.last_plain = self.steps;
         self.steps += 1;
     }
@@ -854,13 +879,19 @@ mod tests {
             );
             p.record(l, 0, &[], 1.0, 1.0 + l as f64);
         }
-        // Nothing is ever accepted. A warm-up round cost 2 plain steps more than the token
-        // it committed: the first probe waits 2 / 1 % = 200 steps. A failed probe that
-        // cost X more than plain steps would have waits X / (1 % of a step) steps, or
-        // PROBE · 2^(k−1) after k failures when longer, up to MAX_PROBE; every 16th round
-        // verifies the whole block.
-        assert_eq!(p.probe_after, 200);
+        // Nothing is ever accepted. A warm-up round of l drafts costs its draft (1 step) and
+        // a verify of l + 1 tokens (l + 1 steps) for the one token it commits: l + 1 steps
+        // more than plain decoding. The failed rounds' extra time, the warm-up's two
+        // included, is kept within 1 % of the plain steps since the gate shut: the warm-up
+        // owes 4 steps, 400 plain steps' budget, so the first probe waits the longest
+        // allowed; then PROBE · 2^(k−1) after k failures when longer, up to MAX_PROBE;
+        // every 16th round verifies the whole block.
+        assert_eq!(p.probe_after, MAX_PROBE);
         let mut probes = Vec::new();
+        // The books, kept here from the costs the test gives: extra steps of the failed
+        // rounds so far, plain steps since the first of them.
+        let (mut extra, mut plain_since) = (4.0, 1u64);
+        let mut books = Vec::new();
         while p.steps < 2000 {
             if p.draft_now() {
                 let l = p.choose(&[]).planned;
@@ -871,18 +902,32 @@ mod tests {
                     p.rounds
                 );
                 probes.push(p.steps);
+                books.push((extra, plain_since));
                 p.record(l, 0, &[], 1.0, 1.0 + l as f64);
+                extra += 1.0 + l as f64;
             } else {
                 p.record_plain(1.0);
+                plain_since += 1;
             }
         }
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
-        assert_eq!(probes[0], 2 * WARM_UP + 200, "{probes:?}");
-        // A probe verifies one draft: its draft and the wider verify cost 2 steps more
-        // than the token it commits, 200 steps of budget, until the doubling (the warm-up's
-        // two rounds counted among the failures: 64, 128, 256 after probes 1, 2, 3) waits
-        // longer.
-        assert_eq!(gaps[..5], [200, 200, 200, 256, 256], "{probes:?}");
+        assert_eq!(probes[0], 2 * WARM_UP + MAX_PROBE, "{probes:?}");
+        // Debts of 6 and 8 steps want 600 and 800 plain steps: the longest waits; then 10
+        // steps of debt against 769 plain steps want 231 more (the doubling: 128); then
+        // the doubling's 256 is the longer.
+        assert_eq!(gaps[..4], [256, 256, 231, 256], "{probes:?}");
+        // Every probe came when the books allowed it, or after the longest wait.
+        for (i, &(e, n)) in books.iter().enumerate() {
+            let waited = if i == 0 {
+                probes[0] - 2 * WARM_UP
+            } else {
+                gaps[i - 1]
+            };
+            assert!(
+                e <= PROBE_BUDGET * n as f64 + 1e-9 || waited == MAX_PROBE,
+                "probe {i}: {e} steps of extra over {n} plain steps after a wait of {waited}"
+            );
+        }
         assert!(gaps.iter().all(|&g| g <= MAX_PROBE), "{gaps:?}");
         // Once drafting pays again (every draft accepted, the block as cheap as a step),
         // the gate opens at once...
@@ -914,6 +959,41 @@ mod tests {
             plain.windows(2).all(|w| w[1] - w[0] == PLAIN_EVERY + 1),
             "{plain:?}"
         );
+    }
+
+    #[test]
+    fn a_shut_gate_waits_for_its_probe_when_the_costs_swing() {
+        // A model read from disk: the warm-up's plain steps find their pages cached (1 s),
+        // its rounds of one draft cost 1.6 s and accept nothing.
+        let mut p = Planner::new(Schedule::Adaptive, 8);
+        for _ in 0..WARM_UP {
+            assert!(!p.draft_now());
+            p.record_plain(1.0);
+            assert!(p.draft_now());
+            assert_eq!(p.choose(&[]).planned, 1);
+            p.record(1, 0, &[], 0.05, 1.6);
+        }
+        assert!(!p.gate_open() && p.failures == WARM_UP as u32);
+        let wait = p.probe_after;
+        assert!(
+            wait > PROBE,
+            "the warm-up's debt defers the first probe: {wait}"
+        );
+        // Then the cache turns over and plain steps cost 2.5 s: next to the verify timed
+        // before, the predictions say a round pays, but the gate stays shut until the probe.
+        let mut rounds = Vec::new();
+        let mut paid = 0;
+        while p.steps <= 2 * WARM_UP + wait {
+            if p.draft_now() {
+                rounds.push(p.steps);
+                p.record(1, 0, &[], 0.05, 1.6);
+            } else {
+                p.record_plain(2.5);
+                paid += usize::from(p.pays());
+            }
+        }
+        assert!(paid > 0, "the scenario: the predictions said a round pays");
+        assert_eq!(rounds, [2 * WARM_UP + wait], "only the probe drafts");
     }
 
     #[test]
