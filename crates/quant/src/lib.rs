@@ -91,6 +91,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod stream;
 pub mod superblock;
 pub mod tiled;
 pub mod tq1_0;
