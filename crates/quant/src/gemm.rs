@@ -13,9 +13,10 @@
 //! does for its CPU matmul), then every row kernel call reads it.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::thread::LocalKey;
-
-use rayon::prelude::*;
+use std::time::{Duration, Instant};
 
 pub use crate::columns::{Activation, Columns};
 use crate::format::FormatKernels;
@@ -155,24 +156,93 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
             tasks.push((w, kernel, t * per, pieces));
         }
     }
-    tasks
-        .into_par_iter()
-        .for_each_init(Vec::new, |buf, (w, kernel, first, mut pieces)| {
-            if n == 1 {
-                kernel(w, first, &x, pieces[0]);
+    let run = |buf: &mut Vec<f32>, (w, kernel, first, mut pieces): Task<'_, '_>| {
+        if n == 1 {
+            kernel(w, first, &x, pieces[0]);
+            return;
+        }
+        // The kernel writes rows × columns; scatter into the columns.
+        let k = pieces[0].len();
+        buf.resize(k * n, 0.0);
+        kernel(w, first, &x, &mut buf[..k * n]);
+        for (c, piece) in pieces.iter_mut().enumerate() {
+            for (r, o) in piece.iter_mut().enumerate() {
+                *o = buf[r * n + c];
+            }
+        }
+    };
+    run_tasks(tasks, run);
+}
+
+/// A task of [`gemm_many_with`]: rows `first..` of a matrix by its row kernel, and those
+/// rows' slots in each output column.
+type Task<'m, 'y> = (&'m Matrix<'m>, RowKernel, usize, Vec<&'y mut [f32]>);
+
+/// Runs every task once, on the calling thread and the pool's other workers: each claims
+/// the next unclaimed task until none is left, and the caller, once it finds none, waits
+/// (spinning, then yielding) for the tasks others are still running — at most one each.
+///
+/// Why not rayon's parallel iterator: a decode step is ~140 passes of 20–300 µs, and
+/// rayon's idle workers sleep after a few microseconds without work. Split in halves up
+/// front, a pass waited for a sleeping worker to wake and steal its half, and the caller
+/// slept at the end of nearly every pass until the other's last part was done (a futex wake
+/// each way; `docs/PERFORMANCE.md`, issue #22). Here a worker that wakes late only finds
+/// fewer tasks left, and the caller's wait is never longer than one task.
+fn run_tasks<T: Send>(tasks: Vec<T>, run: impl Fn(&mut Vec<f32>, T) + Sync) {
+    let count = tasks.len();
+    let helpers = rayon::current_num_threads().min(count).saturating_sub(1);
+    if helpers == 0 {
+        let mut buf = Vec::new();
+        tasks.into_iter().for_each(|t| run(&mut buf, t));
+        return;
+    }
+    // Each task is taken out of its slot by the one thread that claimed its index.
+    let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let work = || {
+        /// Counts a task done when it ends, also by a panic (which the scope then raises),
+        /// so the caller's wait below always ends.
+        struct Done<'a>(&'a AtomicUsize);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Release);
+            }
+        }
+        let mut buf = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= count {
                 return;
             }
-            // The kernel writes rows × columns; scatter into the columns.
-            let k = pieces[0].len();
-            buf.resize(k * n, 0.0);
-            kernel(w, first, &x, &mut buf[..k * n]);
-            for (c, piece) in pieces.iter_mut().enumerate() {
-                for (r, o) in piece.iter_mut().enumerate() {
-                    *o = buf[r * n + c];
-                }
+            let _done = Done(&done);
+            let task = slots[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .expect("each index is claimed once");
+            run(&mut buf, task);
+        }
+    };
+    rayon::in_place_scope(|s| {
+        for _ in 0..helpers {
+            s.spawn(|_| work());
+        }
+        work();
+        // What others claimed: spin a little (a task is 5–50 µs), then yield the core.
+        let start = Instant::now();
+        while done.load(Ordering::Acquire) < count {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
             }
-        });
+        }
+    });
 }
+
+/// How long [`run_tasks`]'s caller spins for the tasks others run before it yields its core.
+const SPIN: Duration = Duration::from_micros(100);
 
 /// [`gemm`] on the calling thread alone, for products too small to share (a head's, an
 /// expert's over a few tokens) run from a parallel loop: the same row kernel on every row
@@ -268,4 +338,55 @@ fn table_row<'k>(kernels: &'k Kernels, w: &Matrix<'_>) -> &'k FormatKernels {
     kernels
         .format(w.ty)
         .unwrap_or_else(|| panic!("no kernel multiplies {} weights", w.ty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_tasks;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn every_task_runs_once_whatever_the_threads() {
+        for threads in [1, 2, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for count in [0, 1, 2, 5, 16, 100] {
+                let runs: Vec<AtomicUsize> = (0..count).map(|_| AtomicUsize::new(0)).collect();
+                let mut out = vec![0usize; count];
+                // Each task owns its output slot, as gemm's own the rows they write.
+                let tasks: Vec<(usize, &mut usize)> = out.iter_mut().enumerate().collect();
+                pool.install(|| {
+                    run_tasks(tasks, |_, (i, slot)| {
+                        runs[i].fetch_add(1, Ordering::Relaxed);
+                        *slot = i + 1;
+                    })
+                });
+                assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+                assert_eq!(out, (1..=count).collect::<Vec<_>>(), "{threads} threads");
+                // Also from a thread outside any pool (the global pool's workers help).
+                let mut out = vec![0usize; count];
+                let tasks: Vec<&mut usize> = out.iter_mut().collect();
+                run_tasks(tasks, |_, slot| *slot += 1);
+                assert!(out.iter().all(|&v| v == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_is_raised_not_waited_for() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| {
+                run_tasks((0..40).collect::<Vec<usize>>(), |_, i| {
+                    assert_ne!(i, 17, "task 17 fails");
+                })
+            })
+        }));
+        assert!(caught.is_err());
+    }
 }
