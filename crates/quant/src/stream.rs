@@ -44,9 +44,110 @@ pub fn sum_words(b: &[u8]) -> u64 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Bytes one loop iteration reads: four independent accumulators of 64 bytes, so
-    /// each core keeps several lines' loads in flight.
-    const STEP512: usize = 256;
+    /// A vector register of 64-bit lanes the read sums into.
+    trait Lanes: Copy {
+        /// Bytes one register loads.
+        const BYTES: usize;
+        /// All lanes zero.
+        ///
+        /// # Safety
+        /// The CPU must have the register's set.
+        unsafe fn zero() -> Self;
+        /// The `BYTES` bytes at `p`, unaligned.
+        ///
+        /// # Safety
+        /// `p..p + BYTES` must be readable; the CPU must have the register's set.
+        unsafe fn load(p: *const u8) -> Self;
+        /// Lane-wise wrapping sum.
+        ///
+        /// # Safety
+        /// The CPU must have the register's set.
+        unsafe fn add(self, other: Self) -> Self;
+        /// The lanes' wrapping sum.
+        ///
+        /// # Safety
+        /// The CPU must have the register's set.
+        unsafe fn total(self) -> u64;
+    }
+
+    impl Lanes for __m512i {
+        const BYTES: usize = 64;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: the caller's guarantee (AVX-512 F).
+            unsafe { _mm512_setzero_si512() }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const u8) -> Self {
+            // SAFETY: the caller's guarantee (64 readable bytes, AVX-512 F).
+            unsafe { _mm512_loadu_si512(p.cast()) }
+        }
+        #[inline(always)]
+        unsafe fn add(self, other: Self) -> Self {
+            // SAFETY: the caller's guarantee (AVX-512 F).
+            unsafe { _mm512_add_epi64(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn total(self) -> u64 {
+            let mut lanes = [0u64; 8];
+            // SAFETY: `lanes` is 64 writable bytes; the caller's guarantee (AVX-512 F).
+            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), self) };
+            lanes.iter().fold(0, |s, &x| s.wrapping_add(x))
+        }
+    }
+
+    impl Lanes for __m256i {
+        const BYTES: usize = 32;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: the caller's guarantee (AVX2).
+            unsafe { _mm256_setzero_si256() }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const u8) -> Self {
+            // SAFETY: the caller's guarantee (32 readable bytes, AVX2).
+            unsafe { _mm256_loadu_si256(p.cast()) }
+        }
+        #[inline(always)]
+        unsafe fn add(self, other: Self) -> Self {
+            // SAFETY: the caller's guarantee (AVX2).
+            unsafe { _mm256_add_epi64(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn total(self) -> u64 {
+            let mut lanes = [0u64; 4];
+            // SAFETY: `lanes` is 32 writable bytes; the caller's guarantee (AVX2).
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), self) };
+            lanes.iter().fold(0, |s, &x| s.wrapping_add(x))
+        }
+    }
+
+    /// [`super::sum_words_ref`] with loads of `V`: four independent accumulators, so each
+    /// core keeps several lines' loads in flight; the bytes after the last whole four
+    /// registers by the reference.
+    ///
+    /// # Safety
+    /// The CPU must have `V`'s instruction set (the caller enables it).
+    #[inline(always)]
+    unsafe fn sum_words_with<V: Lanes>(b: &[u8]) -> u64 {
+        let step = 4 * V::BYTES;
+        let whole = b.len() / step * step;
+        let p = b.as_ptr();
+        // SAFETY: the caller enables V's set.
+        let mut acc = [unsafe { V::zero() }; 4];
+        let mut at = 0;
+        while at < whole {
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: at + (k + 1) · BYTES ≤ whole ≤ b.len(): the bytes are inside `b`;
+                // the caller enables V's set.
+                *a = unsafe { a.add(V::load(p.add(at + k * V::BYTES))) };
+            }
+            at += step;
+        }
+        // SAFETY: the caller enables V's set.
+        let sum = unsafe { acc[0].add(acc[1]).add(acc[2].add(acc[3])).total() };
+        sum.wrapping_add(super::sum_words_ref(&b[whole..]))
+    }
 
     /// [`super::sum_words_ref`] with 64-byte loads.
     ///
@@ -54,33 +155,9 @@ mod x86 {
     /// The CPU must have AVX-512 F.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn sum_words_avx512(b: &[u8]) -> u64 {
-        let whole = b.len() / STEP512 * STEP512;
-        let p = b.as_ptr();
-        let mut acc = [_mm512_setzero_si512(); 4];
-        let mut at = 0;
-        while at < whole {
-            for (k, a) in acc.iter_mut().enumerate() {
-                // SAFETY: at + 64 k + 64 ≤ whole ≤ b.len(): the 64 bytes are inside `b`;
-                // the load is unaligned.
-                let v = unsafe { _mm512_loadu_si512(p.add(at + 64 * k).cast()) };
-                *a = _mm512_add_epi64(*a, v);
-            }
-            at += STEP512;
-        }
-        let v = _mm512_add_epi64(
-            _mm512_add_epi64(acc[0], acc[1]),
-            _mm512_add_epi64(acc[2], acc[3]),
-        );
-        let mut lanes = [0u64; 8];
-        // SAFETY: `lanes` is 64 writable bytes; the store is unaligned.
-        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
-        lanes
-            .iter()
-            .fold(super::sum_words_ref(&b[whole..]), |s, &x| s.wrapping_add(x))
+        // SAFETY: this function enables AVX-512 F.
+        unsafe { sum_words_with::<__m512i>(b) }
     }
-
-    /// Bytes one AVX2 iteration reads (four 32-byte accumulators).
-    const STEP256: usize = 128;
 
     /// [`super::sum_words_ref`] with 32-byte loads.
     ///
@@ -88,29 +165,8 @@ mod x86 {
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn sum_words_avx2(b: &[u8]) -> u64 {
-        let whole = b.len() / STEP256 * STEP256;
-        let p = b.as_ptr();
-        let mut acc = [_mm256_setzero_si256(); 4];
-        let mut at = 0;
-        while at < whole {
-            for (k, a) in acc.iter_mut().enumerate() {
-                // SAFETY: at + 32 k + 32 ≤ whole ≤ b.len(): the 32 bytes are inside `b`;
-                // the load is unaligned.
-                let v = unsafe { _mm256_loadu_si256(p.add(at + 32 * k).cast()) };
-                *a = _mm256_add_epi64(*a, v);
-            }
-            at += STEP256;
-        }
-        let v = _mm256_add_epi64(
-            _mm256_add_epi64(acc[0], acc[1]),
-            _mm256_add_epi64(acc[2], acc[3]),
-        );
-        let mut lanes = [0u64; 4];
-        // SAFETY: `lanes` is 32 writable bytes; the store is unaligned.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v) };
-        lanes
-            .iter()
-            .fold(super::sum_words_ref(&b[whole..]), |s, &x| s.wrapping_add(x))
+        // SAFETY: this function enables AVX2.
+        unsafe { sum_words_with::<__m256i>(b) }
     }
 }
 
