@@ -31,8 +31,20 @@ use crate::x86_64::{Dpbusd, LaneDot, Maddubs};
 /// step's products stream every weight once, so a core's reads must be in flight well
 /// ahead of its arithmetic: measured against a plain read of the same 633 MB (the
 /// products of a Qwen3-0.6B-shaped decode step, two threads, alternated), 8 KiB took
-/// 1.09–1.11× the read's time where 4 KiB took 1.20× and none 4×.
+/// 1.09–1.11× the read's time where 4 KiB took 1.20× and none 4×. That was with
+/// `vpdpbusd` (Zen 4); the AVX2 path takes [`PREFETCH_AVX2`].
 const PREFETCH: usize = 8192;
+
+/// [`PREFETCH`] of the AVX2 path (CPUs without AVX-512 VNNI), whose lines are asked for
+/// non-temporally (`prefetchnta`: into L1 without displacing the L2 the next pass may
+/// want) and whose single column takes one row per pass ([`rows_lanes`]). On a Zen 2
+/// (EPYC, 2 threads, a Qwen3-0.6B-shaped Q8_0 decode step, alternated runs,
+/// `docs/PERFORMANCE.md` issue #22): one row with this 4 KiB took 32.1–35.4 ms where two
+/// rows with 8 KiB `prefetcht0` (the VNNI path's policy) took 36.5–38.5; one row with 8 KiB
+/// `prefetcht0` 33.7–36.1. Two interleaved rows stream worse there (with no software
+/// prefetch one row read 9.0 GB/s on one core, two rows 4.7), and one row's single
+/// chain of fused adds is not what limits a core that waits for memory.
+const PREFETCH_AVX2: usize = 4096;
 
 /// Rows per pass (the lanes of an AVX2 register).
 pub(crate) const ROWS: usize = 8;
@@ -355,13 +367,22 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// the run's scale product; the mins' products fused into a scalar per row and column. Row
 /// r · column c is the same instruction sequence whatever else the pass holds: the bits of
 /// the reference. Two rows in one pass give a single column two independent chains of
-/// fused adds (a decode step is otherwise bound by one chain's latency).
+/// fused adds (a decode step is otherwise bound by one chain's latency, with `vpdpbusd`).
+/// With `NTA` the rows are prefetched [`PREFETCH_AVX2`] ahead by `prefetchnta`, else
+/// [`PREFETCH`] ahead by `prefetcht0`.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C and what `D` runs; every column's scales, quants
 /// and (with a min) sums cover the rows' runs ([`rows_lanes`] checks them).
 #[inline(always)]
-unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const P: bool, const R: usize, const G: usize>(
+unsafe fn lanes_block<
+    F: Avx2Runs,
+    D: LaneDot,
+    const NTA: bool,
+    const P: bool,
+    const R: usize,
+    const G: usize,
+>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
     out: &mut [[f32; G]; R],
@@ -381,12 +402,18 @@ unsafe fn lanes_block<F: Avx2Runs, D: LaneDot, const P: bool, const R: usize, co
         let mut macc = [[0.0f32; G]; R];
         let (mut dws, mut mws) = ([[0.0f32; ROWS]; R], [[0.0f32; ROWS]; R]);
         for b in 0..nb {
-            // The matrix is streamed once: ask for the bytes PREFETCH ahead (a task's rows
-            // are contiguous, so this runs into the next rows), one cache line per 64 bytes.
+            // The matrix is streamed once: ask for the bytes a fixed distance ahead (a
+            // task's rows are contiguous, so this runs into the next rows), one cache line
+            // per 64 bytes.
             let at = b * F::BLOCK_BYTES;
             if at % 64 < F::BLOCK_BYTES {
                 for r in 0..R {
-                    _mm_prefetch::<_MM_HINT_T0>(base[r].wrapping_add(at + PREFETCH).cast());
+                    if NTA {
+                        let p = base[r].wrapping_add(at + PREFETCH_AVX2);
+                        _mm_prefetch::<_MM_HINT_NTA>(p.cast());
+                    } else {
+                        _mm_prefetch::<_MM_HINT_T0>(base[r].wrapping_add(at + PREFETCH).cast());
+                    }
                 }
             }
             if b % ROWS == 0 {
@@ -497,7 +524,7 @@ unsafe fn lanes_block_avx2<F: Avx2Runs, const P: bool, const R: usize, const G: 
     out: &mut [[f32; G]; R],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
-    unsafe { lanes_block::<F, Maddubs, P, R, G>(rows, cols, out) }
+    unsafe { lanes_block::<F, Maddubs, true, P, R, G>(rows, cols, out) }
 }
 
 /// [`lanes_block`] with `vpdpbusd`.
@@ -511,7 +538,7 @@ unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: 
     out: &mut [[f32; G]; R],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
-    unsafe { lanes_block::<F, Dpbusd, P, R, G>(rows, cols, out) }
+    unsafe { lanes_block::<F, Dpbusd, false, P, R, G>(rows, cols, out) }
 }
 
 /// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
@@ -526,8 +553,9 @@ struct LaneCol {
 }
 
 /// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
-/// into `out`: one or two columns two rows per pass, more in groups of up to
-/// [`LANE_GROUP`] one row per pass; a product's bits never depend on its pass.
+/// into `out`: two columns two rows per pass, one column two rows per pass with `vnni` and
+/// one row on AVX2 ([`PREFETCH_AVX2`]), more in groups of up to [`LANE_GROUP`] one row per
+/// pass; a product's bits never depend on its pass.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C, and with `vnni` AVX-512 F, VL and VNNI.
@@ -575,7 +603,9 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
         let k = out.len() / n;
         let mut i = 0;
         while i < k {
-            let pair = i + 1 < k;
+            // One column takes two rows a pass with `vpdpbusd` (two chains of fused adds),
+            // one on the AVX2 path (one row streams better there; see PREFETCH_AVX2).
+            let pair = i + 1 < k && (n == 2 || vnni);
             match (n, pair) {
                 (1, true) => {
                     let mut o = [[0.0f32; 1]; 2];
