@@ -37,13 +37,14 @@ const PREFETCH: usize = 8192;
 
 /// [`PREFETCH`] of the AVX2 path (CPUs without AVX-512 VNNI), whose lines are asked for
 /// non-temporally (`prefetchnta`: into L1 without displacing the L2 the next pass may
-/// want) and whose single column takes one row per pass ([`rows_lanes`]). On a Zen 2
-/// (EPYC, 2 threads, a Qwen3-0.6B-shaped Q8_0 decode step, alternated runs,
-/// `docs/PERFORMANCE.md` issue #22): one row with this 4 KiB took 32.1–35.4 ms where two
-/// rows with 8 KiB `prefetcht0` (the VNNI path's policy) took 36.5–38.5; one row with 8 KiB
-/// `prefetcht0` 33.7–36.1. Two interleaved rows stream worse there (with no software
-/// prefetch one row read 9.0 GB/s on one core, two rows 4.7), and one row's single
-/// chain of fused adds is not what limits a core that waits for memory.
+/// want) and whose single column pairs rows k/2 apart ([`rows_lanes`]): two adjacent rows
+/// a pass make each of a pass's two streams jump a row at every pass, which Zen 2's
+/// prefetcher follows badly (with no software prefetch, one row a pass read 9.0 GB/s on
+/// one core, two adjacent rows 4.7). On a Zen 2 (EPYC, 2 threads, a Qwen3-0.6B-shaped Q8_0
+/// decode step, alternated runs, `docs/PERFORMANCE.md` issue #22): two adjacent rows with 8
+/// KiB `prefetcht0` (the VNNI path's policy) 36.5–38.5 ms; one row a pass with this 4 KiB
+/// 32.1–35.4; rows k/2 apart with it 27.9–30.8, where one row a pass took 33.3–33.8 in the
+/// same run.
 const PREFETCH_AVX2: usize = 4096;
 
 /// Rows per pass (the lanes of an AVX2 register).
@@ -401,6 +402,7 @@ unsafe fn lanes_block<
         let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         let mut macc = [[0.0f32; G]; R];
         let (mut dws, mut mws) = ([[0.0f32; ROWS]; R], [[0.0f32; ROWS]; R]);
+        let mut dprod = [[[0.0f32; ROWS]; G]; R];
         for b in 0..nb {
             // The matrix is streamed once: ask for the bytes a fixed distance ahead (a
             // task's rows are contiguous, so this runs into the next rows), one cache line
@@ -430,6 +432,27 @@ unsafe fn lanes_block<
                     // both arrays hold eight f32.
                     _mm256_storeu_ps(dws[r].as_mut_ptr(), d8);
                     _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
+                    if F::SUBS == 1 {
+                        // The scale products of blocks b..b + 8 with each column's run
+                        // scales, one multiply of eight lanes each (the products a
+                        // scalar multiply per block gives, bit for bit); past the
+                        // row's end (a column holds nb runs) the lanes are never read.
+                        for c in 0..G {
+                            let dx = if b + ROWS <= nb {
+                                // the column holds runs b..b + 8.
+                                _mm256_loadu_ps(cols[c].d.add(b))
+                            } else {
+                                let mut part = [0.0f32; ROWS];
+                                for (k, v) in part.iter_mut().enumerate().take(nb - b) {
+                                    // run b + k < nb lies in the column.
+                                    *v = *cols[c].d.add(b + k);
+                                }
+                                _mm256_loadu_ps(part.as_ptr())
+                            };
+                            // `dprod[r][c]` holds eight f32.
+                            _mm256_storeu_ps(dprod[r][c].as_mut_ptr(), _mm256_mul_ps(d8, dx));
+                        }
+                    }
                 }
             }
             if F::HAS_MIN {
@@ -476,7 +499,11 @@ unsafe fn lanes_block<
                         };
                         // the caller enables D's instruction set.
                         let sums = D::dot(zero, unsigned[r], s);
-                        let d = dws[r][b % ROWS] * dx;
+                        let d = if F::SUBS == 1 {
+                            dprod[r][c][b % ROWS]
+                        } else {
+                            dws[r][b % ROWS] * dx
+                        };
                         if b == tail_block {
                             let mut lanes = [0i32; 8];
                             // `lanes` holds eight i32.
@@ -553,9 +580,9 @@ struct LaneCol {
 }
 
 /// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
-/// into `out`: two columns two rows per pass, one column two rows per pass with `vnni` and
-/// one row on AVX2 ([`PREFETCH_AVX2`]), more in groups of up to [`LANE_GROUP`] one row per
-/// pass; a product's bits never depend on its pass.
+/// into `out`: one or two columns two rows per pass (for one column on the AVX2 path rows
+/// i and k/2 + i of the task's k, [`PREFETCH_AVX2`]), more in groups of up to
+/// [`LANE_GROUP`] one row per pass; a product's bits never depend on its pass.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C, and with `vnni` AVX-512 F, VL and VNNI.
@@ -599,13 +626,30 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
             }
         };
     }
+    if n == 1 && !vnni {
+        // One column on the AVX2 path: rows i and half + i in one pass, so the pass has
+        // two chains of fused adds and each of its two rows streams through its own half
+        // of the task's rows, contiguously (see PREFETCH_AVX2).
+        let k = out.len();
+        let half = k / 2;
+        for i in 0..half {
+            let mut o = [[0.0f32; 1]; 2];
+            block!(2, 1, [row(i), row(half + i)], &[cols[0]], &mut o);
+            out[i] = o[0][0];
+            out[half + i] = o[1][0];
+        }
+        if k % 2 == 1 {
+            let mut o = [[0.0f32; 1]; 1];
+            block!(1, 1, [row(k - 1)], &[cols[0]], &mut o);
+            out[k - 1] = o[0][0];
+        }
+        return;
+    }
     if n <= 2 {
         let k = out.len() / n;
         let mut i = 0;
         while i < k {
-            // One column takes two rows a pass with `vpdpbusd` (two chains of fused adds),
-            // one on the AVX2 path (one row streams better there; see PREFETCH_AVX2).
-            let pair = i + 1 < k && (n == 2 || vnni);
+            let pair = i + 1 < k;
             match (n, pair) {
                 (1, true) => {
                     let mut o = [[0.0f32; 1]; 2];
