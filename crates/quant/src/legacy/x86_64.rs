@@ -401,7 +401,10 @@ unsafe fn lanes_block<
         let mut tail = [[(0.0f32, 0i32); G]; R];
         let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         let mut macc = [[0.0f32; G]; R];
-        let (mut dws, mut mws) = ([[0.0f32; ROWS]; R], [[0.0f32; ROWS]; R]);
+        // Per row, the mins of blocks b..b + 8, and per row and column the products of
+        // those blocks' scales with the column's run scales (one run a block).
+        const { assert!(F::SUBS == 1, "the scale products take one run a block") };
+        let mut mws = [[0.0f32; ROWS]; R];
         let mut dprod = [[[0.0f32; ROWS]; G]; R];
         for b in 0..nb {
             // The matrix is streamed once: ask for the bytes a fixed distance ahead (a
@@ -429,29 +432,26 @@ unsafe fn lanes_block<
                     // every pointer points at a whole block of the row; the caller
                     // enables the features.
                     let (d8, m8) = F::scales8(&ps);
-                    // both arrays hold eight f32.
-                    _mm256_storeu_ps(dws[r].as_mut_ptr(), d8);
+                    // `mws[r]` holds eight f32.
                     _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
-                    if F::SUBS == 1 {
-                        // The scale products of blocks b..b + 8 with each column's run
-                        // scales, one multiply of eight lanes each (the products a
-                        // scalar multiply per block gives, bit for bit); past the
-                        // row's end (a column holds nb runs) the lanes are never read.
-                        for c in 0..G {
-                            let dx = if b + ROWS <= nb {
-                                // the column holds runs b..b + 8.
-                                _mm256_loadu_ps(cols[c].d.add(b))
-                            } else {
-                                let mut part = [0.0f32; ROWS];
-                                for (k, v) in part.iter_mut().enumerate().take(nb - b) {
-                                    // run b + k < nb lies in the column.
-                                    *v = *cols[c].d.add(b + k);
-                                }
-                                _mm256_loadu_ps(part.as_ptr())
-                            };
-                            // `dprod[r][c]` holds eight f32.
-                            _mm256_storeu_ps(dprod[r][c].as_mut_ptr(), _mm256_mul_ps(d8, dx));
-                        }
+                    // The scale products with each column's run scales, one multiply of
+                    // eight lanes each (the products a scalar multiply per block gives,
+                    // bit for bit); past the row's end (a column holds nb runs) the lanes
+                    // are never read.
+                    for c in 0..G {
+                        let dx = if b + ROWS <= nb {
+                            // the column holds runs b..b + 8.
+                            _mm256_loadu_ps(cols[c].d.add(b))
+                        } else {
+                            let mut part = [0.0f32; ROWS];
+                            for (k, v) in part.iter_mut().enumerate().take(nb - b) {
+                                // run b + k < nb lies in the column.
+                                *v = *cols[c].d.add(b + k);
+                            }
+                            _mm256_loadu_ps(part.as_ptr())
+                        };
+                        // `dprod[r][c]` holds eight f32.
+                        _mm256_storeu_ps(dprod[r][c].as_mut_ptr(), _mm256_mul_ps(d8, dx));
                     }
                 }
             }
@@ -485,12 +485,8 @@ unsafe fn lanes_block<
                     }
                 }
                 for c in 0..G {
-                    // run j's scale and 32 quants lie inside the column (the caller's
-                    // guarantee).
-                    let (dx, qx) = (
-                        *cols[c].d.add(j),
-                        _mm256_loadu_si256(cols[c].q.add(j * RUN).cast()),
-                    );
+                    // run j's 32 quants lie inside the column (the caller's guarantee).
+                    let qx = _mm256_loadu_si256(cols[c].q.add(j * RUN).cast());
                     for r in 0..R {
                         let s = if F::SIGNED || F::OFFSET != 0 {
                             _mm256_sign_epi8(qx, signed[r])
@@ -499,11 +495,7 @@ unsafe fn lanes_block<
                         };
                         // the caller enables D's instruction set.
                         let sums = D::dot(zero, unsigned[r], s);
-                        let d = if F::SUBS == 1 {
-                            dprod[r][c][b % ROWS]
-                        } else {
-                            dws[r][b % ROWS] * dx
-                        };
+                        let d = dprod[r][c][b % ROWS];
                         if b == tail_block {
                             let mut lanes = [0i32; 8];
                             // `lanes` holds eight i32.
@@ -626,54 +618,41 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
             }
         };
     }
-    if n == 1 && !vnni {
-        // One column on the AVX2 path: rows i and half + i in one pass, so the pass has
-        // two chains of fused adds and each of its two rows streams through its own half
-        // of the task's rows, contiguously (see PREFETCH_AVX2).
-        let k = out.len();
-        let half = k / 2;
-        for i in 0..half {
-            let mut o = [[0.0f32; 1]; 2];
-            block!(2, 1, [row(i), row(half + i)], &[cols[0]], &mut o);
-            out[i] = o[0][0];
-            out[half + i] = o[1][0];
+    if n <= 2 {
+        // Two rows a pass: rows p and k/2 + p for one column on the AVX2 path (each row
+        // then streams through its own half of the task's rows, see PREFETCH_AVX2), rows
+        // 2p and 2p + 1 otherwise; an odd last row alone.
+        let k = out.len() / n;
+        let split = n == 1 && !vnni;
+        for p in 0..k / 2 {
+            let (a, b) = if split {
+                (p, k / 2 + p)
+            } else {
+                (2 * p, 2 * p + 1)
+            };
+            if n == 1 {
+                let mut o = [[0.0f32; 1]; 2];
+                block!(2, 1, [row(a), row(b)], &[cols[0]], &mut o);
+                out[a] = o[0][0];
+                out[b] = o[1][0];
+            } else {
+                let mut o = [[0.0f32; 2]; 2];
+                block!(2, 2, [row(a), row(b)], &[cols[0], cols[1]], &mut o);
+                out[2 * a..2 * a + 2].copy_from_slice(&o[0]);
+                out[2 * b..2 * b + 2].copy_from_slice(&o[1]);
+            }
         }
         if k % 2 == 1 {
-            let mut o = [[0.0f32; 1]; 1];
-            block!(1, 1, [row(k - 1)], &[cols[0]], &mut o);
-            out[k - 1] = o[0][0];
-        }
-        return;
-    }
-    if n <= 2 {
-        let k = out.len() / n;
-        let mut i = 0;
-        while i < k {
-            let pair = i + 1 < k;
-            match (n, pair) {
-                (1, true) => {
-                    let mut o = [[0.0f32; 1]; 2];
-                    block!(2, 1, [row(i), row(i + 1)], &[cols[0]], &mut o);
-                    out[i] = o[0][0];
-                    out[i + 1] = o[1][0];
-                }
-                (1, false) => {
-                    let mut o = [[0.0f32; 1]; 1];
-                    block!(1, 1, [row(i)], &[cols[0]], &mut o);
-                    out[i] = o[0][0];
-                }
-                (_, true) => {
-                    let mut o = [[0.0f32; 2]; 2];
-                    block!(2, 2, [row(i), row(i + 1)], &[cols[0], cols[1]], &mut o);
-                    out[2 * i..2 * i + 4].copy_from_slice(o.as_flattened());
-                }
-                (_, false) => {
-                    let mut o = [[0.0f32; 2]; 1];
-                    block!(1, 2, [row(i)], &[cols[0], cols[1]], &mut o);
-                    out[2 * i..2 * i + 2].copy_from_slice(o.as_flattened());
-                }
+            let last = k - 1;
+            if n == 1 {
+                let mut o = [[0.0f32; 1]; 1];
+                block!(1, 1, [row(last)], &[cols[0]], &mut o);
+                out[last] = o[0][0];
+            } else {
+                let mut o = [[0.0f32; 2]; 1];
+                block!(1, 2, [row(last)], &[cols[0], cols[1]], &mut o);
+                out[2 * last..2 * last + 2].copy_from_slice(&o[0]);
             }
-            i += if pair { 2 } else { 1 };
         }
         return;
     }
