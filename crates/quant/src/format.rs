@@ -166,6 +166,10 @@ pub struct FormatKernels {
     /// Makes the packed copy `rows` reads when a matrix has one (same bits as without);
     /// `None`: this format's kernels read the file's layout only.
     pub pack: Option<PackFn>,
+    /// Whether only `own_rows` reads the packed copy (the llama.cpp orders read the file's
+    /// layout on this CPU): then only matrices whose products take the own order (a
+    /// drafter's, and the LM head it borrows) are worth packing.
+    pub pack_own_only: bool,
     /// Rows · columns in the order of llama.cpp's prompt products ([`crate::tiled`]), the
     /// bits of `prompt_dot_ref`; `None` where a prompt's products take `rows`.
     pub prompt_rows: Option<RowKernel>,
@@ -226,6 +230,7 @@ impl FormatKernels {
             dot_ref: F::dot_ref,
             first_non_finite: F::first_non_finite,
             pack: None,
+            pack_own_only: false,
             prompt_rows: None,
             prompt_dot_ref: None,
             relaid_rows: 0,

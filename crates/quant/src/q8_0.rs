@@ -198,6 +198,15 @@ impl BlockFormat for Q8_0 {
                         crate::legacy::x86_64::rows_lanes_avx2::<Q8_0, false>(w, first, x, out)
                     }
                 };
+                // Without VNNI only the own order reads the tiles: the lane order reads
+                // the file's layout, so only a drafter's matrices get them.
+                k.pack = Some(crate::legacy::tiles::pack::<Q8_0>);
+                k.pack_own_only = true;
+                k.own_rows = Some(|w, first, x, out| {
+                    // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                    unsafe { crate::legacy::tiles::rows_own_avx2::<Q8_0>(w, first, x, out) }
+                });
+                k.own_dot_ref = Some(crate::legacy::dot_runs_ref::<Q8_0>);
             }
             if cpu.isa() == crate::cpu::Isa::Avx512Vnni {
                 k.rows = |w, first, x, out| {
@@ -206,6 +215,7 @@ impl BlockFormat for Q8_0 {
                     unsafe { crate::legacy::tiles::rows_lanes_vnni::<Q8_0>(w, first, x, out) }
                 };
                 k.pack = Some(crate::legacy::tiles::pack::<Q8_0>);
+                k.pack_own_only = false;
                 k.own_rows = Some(|w, first, x, out| {
                     // SAFETY: built only from a `Detected` with AVX-512 F, VL, BW and VNNI
                     // and the AVX2 set.

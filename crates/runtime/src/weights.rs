@@ -97,7 +97,10 @@ impl WeightRef {
         };
         let m = if layout.relaid { m } else { m.not_relaid() };
         // A matrix that takes the `vec_dot` order reads the file's layout.
-        let reads_tiles = m.format().is_some_and(|f| f.reads_packed(f.relaid(&m)));
+        // A copy only the own order reads is made for a drafter's matrices only.
+        let reads_tiles = m.format().is_some_and(|f| {
+            f.reads_packed(f.relaid(&m)) && (layout.own_order || !f.pack_own_only)
+        });
         let packed = if layout.pack && reads_tiles {
             m.format()
                 .and_then(|f| f.pack)
@@ -361,6 +364,10 @@ pub struct Layout {
     /// is larger than the machine's memory — llama.cpp's re-laid copy lives in anonymous
     /// memory, so such a file only runs there with `--no-repack`.
     pub relaid: bool,
+    /// Whether the model's products take dspark's own order (a drafter's,
+    /// [`dspark_quant::gemm::own_order`]): formats whose packed copy only that order reads
+    /// ([`dspark_quant::format::FormatKernels::pack_own_only`]) are packed for it alone.
+    pub own_order: bool,
 }
 
 impl Layout {
@@ -376,6 +383,7 @@ impl Layout {
             relaid: env("DSPARK_REPACK").unwrap_or_else(|| {
                 crate::memory::physical_memory().is_none_or(|total| file_bytes <= total)
             }),
+            own_order: false,
         }
     }
 
@@ -388,6 +396,7 @@ impl Layout {
         let pack = std::env::var("DSPARK_PACK").as_deref() != Ok("0");
         Layout {
             pack,
+            own_order: true,
             ..Layout::for_file(file_bytes)
         }
     }
@@ -418,5 +427,46 @@ pub(crate) fn vector(t: &TensorRef<'_>) -> Result<Vec<f32>> {
             format!("value {i} is not finite"),
         )),
         None => Ok(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q8_0 matrix gets its packed copy exactly where this CPU's kernels for the model's
+    /// products read one: a target's only when its order reads tiles (not where only the
+    /// own order does, `pack_own_only`), a drafter's whenever the own order has a kernel;
+    /// never with `pack` off. The same bits either way, so only memory is at stake.
+    #[test]
+    fn packed_copies_go_where_the_models_kernels_read_them() {
+        let f = dspark_quant::kernels()
+            .format(GgmlType::Q8_0)
+            .expect("Q8_0 has kernels");
+        let (rows, cols) = (32, 64);
+        let data = f.sample(rows * cols, 7);
+        let t = TensorRef {
+            name: "w",
+            ty: GgmlType::Q8_0,
+            cols,
+            rows,
+            data: &data,
+        };
+        for pack in [false, true] {
+            for own_order in [false, true] {
+                let layout = Layout {
+                    pack,
+                    relaid: true,
+                    own_order,
+                };
+                let w = WeightRef::locate(&data, &t, layout).unwrap();
+                let reads = f.pack.is_some() && (own_order || !f.pack_own_only);
+                assert_eq!(
+                    w.matrix(&data).packed().is_some(),
+                    pack && reads,
+                    "pack {pack} own order {own_order}"
+                );
+            }
+        }
     }
 }

@@ -710,6 +710,165 @@ pub(crate) unsafe fn rows_own_vnni<F: TileRuns>(
     }
 }
 
+/// Columns sharing one pass over half a tile in the AVX2 own-order kernel
+/// ([`tile_own_avx2`]): a drafter's block of 8 in one pass, its sums in eight registers.
+const GROUP_OWN_AVX2: usize = 8;
+
+/// Half `half` of one packed tile of a format with signed tiles (Q8_0), rows
+/// 8 half..8 half + 8 of `nb` blocks, · G columns with AVX2, in dspark's own order: lane
+/// i of column c's result is row 8 half + i's dot product with column c, the bits of
+/// [`super::dot_runs_ref`]. Without `vpdpbusd` the signed values are met by the sign trick
+/// inside the run order: per register k of a run, `|w|` once for the group (`vpabsb`),
+/// then per column the four broadcast quants given the signs of the values (`vpsignb`),
+/// one `vpmaddubsw` (pair sums at most 2 · 128 · 127, no saturation) and one `vpmaddwd`
+/// into the row's exact run sum; then one conversion and fused add per run and column,
+/// where the lane order takes one per row. Exact for every value and every quant but
+/// -128, which the activation quantizer gives only to a block whose scale is zero (its
+/// products then add nothing either way).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `tile` is one whole tile of `nb` blocks
+/// (checked); `half < 2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_own_avx2<F: TileRuns, const G: usize>(
+    tile: &[u8],
+    nb: usize,
+    x: &RunColumns<'_, G>,
+    half: usize,
+    ahead: Ahead,
+) -> [__m256; G] {
+    const { assert!(F::SUBS == 1) };
+    assert_eq!(tile.len(), nb * F::TILE_BLOCK_BYTES);
+    assert!(half < 2 && F::TILE_SIGNED);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); G];
+    for j in 0..nb {
+        ahead.block::<F>(j);
+        // SAFETY: j < nb, so the block lies inside the tile (asserted above).
+        let p = unsafe { tile.as_ptr().add(j * F::TILE_BLOCK_BYTES) };
+        // SAFETY: p is a whole tile block; the features are this function's.
+        let (dw, _) = unsafe { F::tile_scales8(p, half) };
+        // SAFETY: as above.
+        let codes = unsafe { F::tile_codes8(p, 0, half) };
+        let mut sums = [_mm256_setzero_si256(); G];
+        for k in 0..8 {
+            let mag = _mm256_abs_epi8(codes[k]);
+            for c in 0..G {
+                // SAFETY: every column covers the row's runs (RunColumns::new checked), so
+                // quants 4k..4k + 4 of run j are readable for k < 8.
+                let q = unsafe {
+                    x.q[c]
+                        .as_ptr()
+                        .add(j * super::RUN + 4 * k)
+                        .cast::<i32>()
+                        .read_unaligned()
+                };
+                let signed = _mm256_sign_epi8(_mm256_set1_epi32(q), codes[k]);
+                let pairs = _mm256_maddubs_epi16(mag, signed);
+                sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        for c in 0..G {
+            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[c][j]));
+            acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[c]), acc[c]);
+        }
+    }
+    acc
+}
+
+/// The rows of a task that lie in whole packed tiles, every column, into `out`, by
+/// [`tile_own_avx2`]; returns how many rows it did. Column groups go outside (a
+/// drafter's block of up to eight columns is one group), tiles inside, each tile's second
+/// half right after its first, which finds the tile's lines in the L2; the first half of
+/// the first group prefetches [`TILE_PREFETCH`] ahead as it walks.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn packed_rows_own_avx2<F: TileRuns>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) -> usize {
+    let n = x.count();
+    let nb = w.row_bytes() / F::BLOCK_BYTES;
+    let tile_bytes = nb * F::TILE_BLOCK_BYTES;
+    let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
+        return 0;
+    };
+    let mut done = 0;
+    while done < n {
+        let g = group_size(n, done, GROUP_OWN_AVX2);
+        macro_rules! run {
+            ($g:literal) => {{
+                let cols = RunColumns::<$g>::new::<F>(x, done, nb, false);
+                for t in 0..tiles {
+                    let at = (first / TILE_ROWS + t) * tile_bytes;
+                    let tile_at = &packed[at..at + tile_bytes];
+                    for half in 0..2 {
+                        let ahead = Ahead {
+                            start: packed.as_ptr().wrapping_add(at + TILE_PREFETCH),
+                            on: done == 0 && half == 0,
+                        };
+                        // SAFETY: the caller guarantees the CPU features; the kernel
+                        // checks the sizes.
+                        let r = unsafe { tile_own_avx2::<F, $g>(tile_at, nb, &cols, half, ahead) };
+                        let mut lanes = [0.0f32; 8];
+                        for (c, v) in r.into_iter().enumerate() {
+                            // SAFETY: `lanes` holds eight f32.
+                            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+                            for (i, &l) in lanes.iter().enumerate() {
+                                out[(t * TILE_ROWS + 8 * half + i) * n + done + c] = l;
+                            }
+                        }
+                    }
+                }
+            }};
+        }
+        match g {
+            8 => run!(8),
+            7 => run!(7),
+            6 => run!(6),
+            5 => run!(5),
+            4 => run!(4),
+            3 => run!(3),
+            2 => run!(2),
+            _ => run!(1),
+        }
+        done += g;
+    }
+    tiles * TILE_ROWS
+}
+
+/// dspark's own order for a format with signed tiles (Q8_0) on AVX2 without VNNI: rows in
+/// whole packed tiles by [`tile_own_avx2`] (the bits of [`super::dot_runs_ref`]), the
+/// others by that reference itself (as [`rows_own_vnni`]: at most a matrix's last 15
+/// rows).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_own_avx2<F: TileRuns>(
+    w: &Matrix<'_>,
+    first: usize,
+    x: &Columns<'_>,
+    out: &mut [f32],
+) {
+    let n = x.count();
+    // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
+    let tiled = unsafe { packed_rows_own_avx2::<F>(w, first, x, out) };
+    if tiled * n < out.len() {
+        crate::format::rows_by_dot(
+            w,
+            first + tiled,
+            x,
+            &mut out[tiled * n..],
+            super::dot_runs_ref::<F>,
+        );
+    }
+}
+
 /// Columns sharing one pass over a tile in ggml's lane order ([`tile_lanes`]): each
 /// column holds eight accumulators, so groups stay small.
 const GROUP_LANES: usize = 2;
