@@ -569,6 +569,42 @@ pub(crate) mod formats {
         }
     }
 
+    /// One column over tasks of many rows (the one-column AVX2 lane path runs a task's
+    /// two halves in runs of rows per call, the last run shorter, an odd last row alone)
+    /// gives each row its reference's bits, on one thread and two.
+    #[test]
+    fn one_column_over_long_tasks_gives_the_reference_bits() {
+        let mut rng = Rng(43);
+        for k in fast_kernels() {
+            for f in &k.formats {
+                let cols = 2 * f.block_len().max(32);
+                for rows in [1001, 1090] {
+                    let data = matrix(f, rows, cols, &mut rng);
+                    let w = Matrix::new(f.ty, rows, cols, &data).unwrap();
+                    let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+                    let xc = crate::columns::Columns::with(&k, f.activation, &x, cols);
+                    let dot = f.step_dot_ref(&w);
+                    let want: Vec<f32> = (0..rows).map(|r| dot(w.row(r), &xc, 0)).collect();
+                    for threads in [1, 2] {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(threads)
+                            .build()
+                            .unwrap();
+                        let mut y = vec![0.0f32; rows];
+                        pool.install(|| gemm_with(&k, &w, &x, &mut y));
+                        assert_eq!(
+                            bits(&y),
+                            bits(&want),
+                            "{} {} rows {rows} threads {threads}",
+                            k.isa,
+                            f.ty
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn non_finite_values_are_found_in_every_format() {
         let mut rng = Rng(8);

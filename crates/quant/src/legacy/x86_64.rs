@@ -372,11 +372,44 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// With `NTA` the rows are prefetched [`PREFETCH_AVX2`] ahead by `prefetchnta`, else
 /// [`PREFETCH`] ahead by `prefetcht0`.
 ///
+///
+/// `rows[r]` may hold several rows one after the other (`out.len()` of them, the same
+/// count in each): they are done in turn in one call, `out[i][r][c]` row i of `rows[r]`
+/// with column c.
+///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C and what `D` runs; every column's scales, quants
 /// and (with a min) sums cover the rows' runs ([`rows_lanes`] checks them).
 #[inline(always)]
 unsafe fn lanes_block<
+    F: Avx2Runs,
+    D: LaneDot,
+    const NTA: bool,
+    const P: bool,
+    const R: usize,
+    const G: usize,
+>(
+    rows: [&[u8]; R],
+    cols: &[LaneCol; G],
+    out: &mut [[[f32; G]; R]],
+) {
+    let row_bytes = rows[0].len() / out.len().max(1);
+    for r in rows {
+        assert_eq!(r.len(), out.len() * row_bytes);
+    }
+    for (i, out) in out.iter_mut().enumerate() {
+        let rows = rows.map(|r| &r[i * row_bytes..(i + 1) * row_bytes]);
+        // SAFETY: the caller's guarantees, for each of the rows.
+        unsafe { lanes_row::<F, D, NTA, P, R, G>(rows, cols, out) }
+    }
+}
+
+/// One row of each of [`lanes_block`]'s R streams · its G columns.
+///
+/// # Safety
+/// As [`lanes_block`].
+#[inline(always)]
+unsafe fn lanes_row<
     F: Avx2Runs,
     D: LaneDot,
     const NTA: bool,
@@ -425,10 +458,16 @@ unsafe fn lanes_block<
                 for r in 0..R {
                     // The scales (and mins) of blocks b..b + 8 in one conversion; past the
                     // row's end the last block stands in (its lanes are never read).
-                    let ps: [*const u8; ROWS] = std::array::from_fn(|k| {
-                        // the index is clamped to the row's last block.
-                        base[r].add((b + k).min(nb - 1) * F::BLOCK_BYTES)
-                    });
+                    let ps: [*const u8; ROWS] = if b + ROWS <= nb {
+                        // blocks b..b + 8 lie in the row.
+                        let p = base[r].add(at);
+                        std::array::from_fn(|k| p.add(k * F::BLOCK_BYTES))
+                    } else {
+                        std::array::from_fn(|k| {
+                            // the index is clamped to the row's last block.
+                            base[r].add((b + k).min(nb - 1) * F::BLOCK_BYTES)
+                        })
+                    };
                     // every pointer points at a whole block of the row; the caller
                     // enables the features.
                     let (d8, m8) = F::scales8(&ps);
@@ -540,7 +579,7 @@ unsafe fn lanes_block<
 unsafe fn lanes_block_avx2<F: Avx2Runs, const P: bool, const R: usize, const G: usize>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
-    out: &mut [[f32; G]; R],
+    out: &mut [[[f32; G]; R]],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
     unsafe { lanes_block::<F, Maddubs, true, P, R, G>(rows, cols, out) }
@@ -554,7 +593,7 @@ unsafe fn lanes_block_avx2<F: Avx2Runs, const P: bool, const R: usize, const G: 
 unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: usize>(
     rows: [&[u8]; R],
     cols: &[LaneCol; G],
-    out: &mut [[f32; G]; R],
+    out: &mut [[[f32; G]; R]],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
     unsafe { lanes_block::<F, Dpbusd, false, P, R, G>(rows, cols, out) }
@@ -562,6 +601,11 @@ unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: 
 
 /// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
 const LANE_GROUP: usize = 8;
+
+/// Rows per stream in one call of [`lanes_block`] on the one-column AVX2 path (rows i and
+/// k/2 + i of a task): the kernel's entry and exit (its arrays, the row ends' reductions)
+/// cost as much as a few blocks, paid once per call.
+const SPLIT_RUN: usize = 32;
 
 /// A column as [`lanes_block`] reads it: its run scales, quants and (Q8_1) block sums.
 #[derive(Clone, Copy)]
@@ -624,34 +668,52 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
         // 2p and 2p + 1 otherwise; an odd last row alone.
         let k = out.len() / n;
         let split = n == 1 && !vnni;
-        for p in 0..k / 2 {
-            let (a, b) = if split {
-                (p, k / 2 + p)
-            } else {
-                (2 * p, 2 * p + 1)
+        if split {
+            // Both halves' rows run on in one call, up to SPLIT_RUN rows each, so the
+            // kernel's entry and exit are not paid per pair of rows.
+            let half = k / 2;
+            let rb = w.row_bytes();
+            let rows_from = |i: usize, m: usize| {
+                let from = (first + i) * rb;
+                &w.data[from..from + m * rb]
             };
+            let mut p = 0;
+            while p < half {
+                let m = SPLIT_RUN.min(half - p);
+                let mut o = [[[0.0f32; 1]; 2]; SPLIT_RUN];
+                let pair = [rows_from(p, m), rows_from(half + p, m)];
+                block!(2, 1, pair, &[cols[0]], &mut o[..m]);
+                for (i, o) in o[..m].iter().enumerate() {
+                    out[p + i] = o[0][0];
+                    out[half + p + i] = o[1][0];
+                }
+                p += m;
+            }
+        }
+        for p in 0..if split { 0 } else { k / 2 } {
+            let (a, b) = (2 * p, 2 * p + 1);
             if n == 1 {
-                let mut o = [[0.0f32; 1]; 2];
+                let mut o = [[[0.0f32; 1]; 2]];
                 block!(2, 1, [row(a), row(b)], &[cols[0]], &mut o);
-                out[a] = o[0][0];
-                out[b] = o[1][0];
+                out[a] = o[0][0][0];
+                out[b] = o[0][1][0];
             } else {
-                let mut o = [[0.0f32; 2]; 2];
+                let mut o = [[[0.0f32; 2]; 2]];
                 block!(2, 2, [row(a), row(b)], &[cols[0], cols[1]], &mut o);
-                out[2 * a..2 * a + 2].copy_from_slice(&o[0]);
-                out[2 * b..2 * b + 2].copy_from_slice(&o[1]);
+                out[2 * a..2 * a + 2].copy_from_slice(&o[0][0]);
+                out[2 * b..2 * b + 2].copy_from_slice(&o[0][1]);
             }
         }
         if k % 2 == 1 {
             let last = k - 1;
             if n == 1 {
-                let mut o = [[0.0f32; 1]; 1];
+                let mut o = [[[0.0f32; 1]; 1]];
                 block!(1, 1, [row(last)], &[cols[0]], &mut o);
-                out[last] = o[0][0];
+                out[last] = o[0][0][0];
             } else {
-                let mut o = [[0.0f32; 2]; 1];
+                let mut o = [[[0.0f32; 2]; 1]];
                 block!(1, 2, [row(last)], &[cols[0], cols[1]], &mut o);
-                out[2 * last..2 * last + 2].copy_from_slice(&o[0]);
+                out[2 * last..2 * last + 2].copy_from_slice(&o[0][0]);
             }
         }
         return;
@@ -659,10 +721,10 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
     for_each_group(out, n, LANE_GROUP, |i, done, o| {
         macro_rules! group {
             ($g:literal) => {{
-                let mut r = [[0.0f32; $g]; 1];
+                let mut r = [[[0.0f32; $g]; 1]];
                 let c: &[LaneCol; $g] = cols[done..done + $g].try_into().expect("a group");
                 block!(1, $g, [row(i)], c, &mut r);
-                o.copy_from_slice(&r[0]);
+                o.copy_from_slice(&r[0][0]);
             }};
         }
         match o.len() {
