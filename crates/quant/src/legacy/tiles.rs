@@ -579,13 +579,17 @@ unsafe fn tile_avx2<F: TileRuns, const G: usize>(
     }
 }
 
-/// [`packed_rows`] with the AVX2 kernel ([`tile_avx2`], each tile in two halves of eight
-/// rows).
+/// [`packed_rows`] with an AVX2 kernel, each tile in two halves of eight rows: the
+/// llama.cpp order's [`tile_avx2`] in groups of [`GROUP_AVX2`] columns, or with `OWN`
+/// dspark's own order's [`tile_own_avx2`] in groups of [`GROUP_OWN_AVX2`] (a drafter's
+/// block of eight in one). A tile's second half follows its first and finds the tile's
+/// lines in the L2; the first half of the first group prefetches as it walks (the same
+/// block of the next tile, or with `OWN` [`TILE_PREFETCH`] ahead).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn packed_rows_avx2<F: TileRuns>(
+unsafe fn packed_rows_avx2<F: TileRuns, const OWN: bool>(
     w: &Matrix<'_>,
     first: usize,
     x: &Columns<'_>,
@@ -597,10 +601,15 @@ unsafe fn packed_rows_avx2<F: TileRuns>(
     let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
         return 0;
     };
-    let offset = F::TILE_OFFSET != 0;
+    let offset = !OWN && F::TILE_OFFSET != 0;
+    let (group, ahead_by) = if OWN {
+        (GROUP_OWN_AVX2, TILE_PREFETCH)
+    } else {
+        (GROUP_AVX2, tile_bytes)
+    };
     let mut done = 0;
     while done < n {
-        let g = group_size(n, done, GROUP_AVX2);
+        let g = group_size(n, done, group);
         macro_rules! run {
             ($g:literal) => {{
                 let cols = RunColumns::<$g>::new::<F>(x, done, nb, offset);
@@ -609,12 +618,18 @@ unsafe fn packed_rows_avx2<F: TileRuns>(
                     let tile_at = &packed[at..at + tile_bytes];
                     for half in 0..2 {
                         let ahead = Ahead {
-                            start: packed.as_ptr().wrapping_add(at + tile_bytes),
+                            start: packed.as_ptr().wrapping_add(at + ahead_by),
                             on: done == 0 && half == 0,
                         };
-                        // SAFETY: the caller guarantees the CPU features; the kernel
-                        // checks the sizes.
-                        let r = unsafe { tile_avx2::<F, $g>(tile_at, nb, &cols, half, ahead) };
+                        // SAFETY: the caller guarantees the CPU features; the kernels
+                        // check the sizes.
+                        let r = unsafe {
+                            if OWN {
+                                tile_own_avx2::<F, $g>(tile_at, nb, &cols, half, ahead)
+                            } else {
+                                tile_avx2::<F, $g>(tile_at, nb, &cols, half, ahead)
+                            }
+                        };
                         let mut lanes = [0.0f32; 8];
                         for (c, v) in r.into_iter().enumerate() {
                             // SAFETY: `lanes` holds eight f32.
@@ -628,6 +643,10 @@ unsafe fn packed_rows_avx2<F: TileRuns>(
             }};
         }
         match g {
+            8 => run!(8),
+            7 => run!(7),
+            6 => run!(6),
+            5 => run!(5),
             4 => run!(4),
             3 => run!(3),
             2 => run!(2),
@@ -652,7 +671,7 @@ pub(crate) unsafe fn rows_avx2_tiles<F: TileRuns + Avx2Runs>(
 ) {
     let n = x.count();
     // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
-    let tiled = unsafe { packed_rows_avx2::<F>(w, first, x, out) };
+    let tiled = unsafe { packed_rows_avx2::<F, false>(w, first, x, out) };
     if tiled * n < out.len() {
         // SAFETY: as above.
         unsafe { rows_avx2::<F>(w, first + tiled, x, &mut out[tiled * n..]) };
@@ -776,71 +795,6 @@ unsafe fn tile_own_avx2<F: TileRuns, const G: usize>(
     acc
 }
 
-/// The rows of a task that lie in whole packed tiles, every column, into `out`, by
-/// [`tile_own_avx2`]; returns how many rows it did. Column groups go outside (a
-/// drafter's block of up to eight columns is one group), tiles inside, each tile's second
-/// half right after its first, which finds the tile's lines in the L2; the first half of
-/// the first group prefetches [`TILE_PREFETCH`] ahead as it walks.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn packed_rows_own_avx2<F: TileRuns>(
-    w: &Matrix<'_>,
-    first: usize,
-    x: &Columns<'_>,
-    out: &mut [f32],
-) -> usize {
-    let n = x.count();
-    let nb = w.row_bytes() / F::BLOCK_BYTES;
-    let tile_bytes = nb * F::TILE_BLOCK_BYTES;
-    let Some((packed, tiles)) = packed_tiles(w, first, out.len() / n, TILE_ROWS, tile_bytes) else {
-        return 0;
-    };
-    let mut done = 0;
-    while done < n {
-        let g = group_size(n, done, GROUP_OWN_AVX2);
-        macro_rules! run {
-            ($g:literal) => {{
-                let cols = RunColumns::<$g>::new::<F>(x, done, nb, false);
-                for t in 0..tiles {
-                    let at = (first / TILE_ROWS + t) * tile_bytes;
-                    let tile_at = &packed[at..at + tile_bytes];
-                    for half in 0..2 {
-                        let ahead = Ahead {
-                            start: packed.as_ptr().wrapping_add(at + TILE_PREFETCH),
-                            on: done == 0 && half == 0,
-                        };
-                        // SAFETY: the caller guarantees the CPU features; the kernel
-                        // checks the sizes.
-                        let r = unsafe { tile_own_avx2::<F, $g>(tile_at, nb, &cols, half, ahead) };
-                        let mut lanes = [0.0f32; 8];
-                        for (c, v) in r.into_iter().enumerate() {
-                            // SAFETY: `lanes` holds eight f32.
-                            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
-                            for (i, &l) in lanes.iter().enumerate() {
-                                out[(t * TILE_ROWS + 8 * half + i) * n + done + c] = l;
-                            }
-                        }
-                    }
-                }
-            }};
-        }
-        match g {
-            8 => run!(8),
-            7 => run!(7),
-            6 => run!(6),
-            5 => run!(5),
-            4 => run!(4),
-            3 => run!(3),
-            2 => run!(2),
-            _ => run!(1),
-        }
-        done += g;
-    }
-    tiles * TILE_ROWS
-}
-
 /// dspark's own order for a format with signed tiles (Q8_0) on AVX2 without VNNI: rows in
 /// whole packed tiles by [`tile_own_avx2`] (the bits of [`super::dot_runs_ref`]), the
 /// others by that reference itself (as [`rows_own_vnni`]: at most a matrix's last 15
@@ -857,7 +811,7 @@ pub(crate) unsafe fn rows_own_avx2<F: TileRuns>(
 ) {
     let n = x.count();
     // SAFETY: the caller guarantees the CPU features; the kernel checks sizes.
-    let tiled = unsafe { packed_rows_own_avx2::<F>(w, first, x, out) };
+    let tiled = unsafe { packed_rows_avx2::<F, true>(w, first, x, out) };
     if tiled * n < out.len() {
         crate::format::rows_by_dot(
             w,
