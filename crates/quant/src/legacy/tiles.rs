@@ -104,6 +104,17 @@ pub(crate) trait TileRuns: Runs32 {
     /// The CPU must support AVX2; `p` points at a whole tile block.
     unsafe fn tile_codes8(p: *const u8, sub: usize, half: usize) -> [__m256i; 8];
 
+    /// Register `k` of [`TileRuns::tile_codes8`]`(p, 0, half)` alone (formats of one run a
+    /// block read it straight from the tile).
+    ///
+    /// # Safety
+    /// As [`TileRuns::tile_codes8`]; `k < 8`.
+    #[inline(always)]
+    unsafe fn tile_code8(p: *const u8, k: usize, half: usize) -> __m256i {
+        // SAFETY: the caller's guarantees are tile_codes8's.
+        unsafe { Self::tile_codes8(p, 0, half)[k] }
+    }
+
     /// The scales and mins of rows 8 half..8 half + 8.
     ///
     /// # Safety
@@ -761,17 +772,19 @@ unsafe fn tile_own_avx2<F: TileRuns, const G: usize>(
     assert!(half < 2 && F::TILE_SIGNED);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); G];
+    // The columns' run scales cut to the row, so that reading run j's needs no check.
+    let d: [&[f32]; G] = std::array::from_fn(|c| &x.d[c][..nb]);
     for j in 0..nb {
         ahead.block::<F>(j);
         // SAFETY: j < nb, so the block lies inside the tile (asserted above).
         let p = unsafe { tile.as_ptr().add(j * F::TILE_BLOCK_BYTES) };
         // SAFETY: p is a whole tile block; the features are this function's.
         let (dw, _) = unsafe { F::tile_scales8(p, half) };
-        // SAFETY: as above.
-        let codes = unsafe { F::tile_codes8(p, 0, half) };
         let mut sums = [_mm256_setzero_si256(); G];
         for k in 0..8 {
-            let mag = _mm256_abs_epi8(codes[k]);
+            // SAFETY: as above.
+            let code = unsafe { F::tile_code8(p, k, half) };
+            let mag = _mm256_abs_epi8(code);
             for c in 0..G {
                 // SAFETY: every column covers the row's runs (RunColumns::new checked), so
                 // quants 4k..4k + 4 of run j are readable for k < 8.
@@ -782,13 +795,13 @@ unsafe fn tile_own_avx2<F: TileRuns, const G: usize>(
                         .cast::<i32>()
                         .read_unaligned()
                 };
-                let signed = _mm256_sign_epi8(_mm256_set1_epi32(q), codes[k]);
+                let signed = _mm256_sign_epi8(_mm256_set1_epi32(q), code);
                 let pairs = _mm256_maddubs_epi16(mag, signed);
                 sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(pairs, ones));
             }
         }
         for c in 0..G {
-            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[c][j]));
+            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(d[c][j]));
             acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[c]), acc[c]);
         }
     }

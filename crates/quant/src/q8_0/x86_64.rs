@@ -246,6 +246,12 @@ impl crate::legacy::tiles::TileRuns for super::Q8_0 {
         std::array::from_fn(|k| unsafe { _mm256_loadu_si256(p.add(64 * k + 32 * half).cast()) })
     }
 
+    #[inline(always)]
+    unsafe fn tile_code8(p: *const u8, k: usize, half: usize) -> __m256i {
+        // SAFETY: the caller guarantees a whole tile block, half < 2 and k < 8, the CPU AVX.
+        unsafe { _mm256_loadu_si256(p.add(64 * k + 32 * half).cast()) }
+    }
+
     #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn tile_scales8(p: *const u8, half: usize) -> (__m256, __m256) {
