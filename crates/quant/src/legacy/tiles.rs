@@ -370,17 +370,9 @@ unsafe fn tile<F: TileRuns, const G: usize>(
                 }
             }
             for c in 0..G {
-                // SAFETY: every column covers the row's runs (RunColumns::new checked), so
-                // quants 4k..4k + 4 of run j are readable for k < 8.
-                let x4 = |k: usize| unsafe {
-                    _mm512_set1_epi32(
-                        x.q[c]
-                            .as_ptr()
-                            .add(j * super::RUN + 4 * k)
-                            .cast::<i32>()
-                            .read_unaligned(),
-                    )
-                };
+                // SAFETY: every column covers the row's runs (RunColumns::new checked), and
+                // the calls below take k < 8.
+                let x4 = |k: usize| _mm512_set1_epi32(unsafe { x.quants4(c, j, k) });
                 let start = if F::TILE_SIGNED {
                     _mm512_set1_epi32(x.bias[c][j])
                 } else if offset {
@@ -558,15 +550,9 @@ unsafe fn tile_avx2<F: TileRuns, const G: usize>(
             let mut part = [_mm256_setzero_si256(); G];
             for k in 0..8 {
                 for c in 0..G {
-                    // SAFETY: every column covers the row's runs (RunColumns::new checked),
-                    // so quants 4k..4k + 4 of run j are readable for k < 8.
-                    let q = unsafe {
-                        x.q[c]
-                            .as_ptr()
-                            .add(j * super::RUN + 4 * k)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
+                    // SAFETY: every column covers the row's runs (RunColumns::new checked);
+                    // k < 8.
+                    let q = unsafe { x.quants4(c, j, k) };
                     let p = _mm256_maddubs_epi16(codes[k], _mm256_set1_epi32(q));
                     part[c] = if k % F::I16_SUMS == 0 {
                         p
@@ -814,15 +800,9 @@ unsafe fn tile_own_avx2<F: TileRuns, const G: usize, const H: usize>(
                 let code = unsafe { F::tile_code8(p, k, half + h) };
                 let mag = _mm256_abs_epi8(code);
                 for c in 0..G {
-                    // SAFETY: every column covers the row's runs (RunColumns::new checked),
-                    // so quants 4k..4k + 4 of run j are readable for k < 8.
-                    let q = unsafe {
-                        x.q[c]
-                            .as_ptr()
-                            .add(j * super::RUN + 4 * k)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
+                    // SAFETY: every column covers the row's runs (RunColumns::new checked);
+                    // k < 8.
+                    let q = unsafe { x.quants4(c, j, k) };
                     let signed = _mm256_sign_epi8(_mm256_set1_epi32(q), code);
                     let pairs = _mm256_maddubs_epi16(mag, signed);
                     sums[h][c] = _mm256_add_epi32(sums[h][c], _mm256_madd_epi16(pairs, ones));
@@ -930,15 +910,9 @@ unsafe fn tile_lanes<F: TileRuns, const G: usize>(
             for c in 0..G {
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[c][j]));
                 for k in 0..8 {
-                    // SAFETY: every column covers the row's runs (RunColumns::new checked),
-                    // so quants 4k..4k + 4 of run j are readable.
-                    let xk = _mm512_set1_epi32(unsafe {
-                        x.q[c]
-                            .as_ptr()
-                            .add(j * super::RUN + 4 * k)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    });
+                    // SAFETY: every column covers the row's runs (RunColumns::new checked);
+                    // k < 8.
+                    let xk = _mm512_set1_epi32(unsafe { x.quants4(c, j, k) });
                     let start = if F::TILE_OFFSET != 0 {
                         _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xk))
                     } else {

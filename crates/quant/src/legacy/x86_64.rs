@@ -210,6 +210,24 @@ impl<'c, const G: usize> RunColumns<'c, G> {
         c
     }
 
+    /// Quants 4k..4k + 4 of column c's run j as one i32 (the four bytes a kernel
+    /// broadcasts to every lane).
+    ///
+    /// # Safety
+    /// Column c holds run j ([`RunColumns::new`] checked the row's runs) and `k < 8`.
+    #[inline(always)]
+    pub unsafe fn quants4(&self, c: usize, j: usize, k: usize) -> i32 {
+        debug_assert!(k < 8 && (j + 1) * RUN <= self.q[c].len());
+        // SAFETY: the caller's guarantee: bytes 4k..4k + 4 of run j lie in the column.
+        unsafe {
+            self.q[c]
+                .as_ptr()
+                .add(j * RUN + 4 * k)
+                .cast::<i32>()
+                .read_unaligned()
+        }
+    }
+
     /// `-offset · Σq` of column c's run j (`bias` is `-128 · Σq`, a multiple of 128).
     #[inline(always)]
     pub fn correction(&self, c: usize, j: usize, offset: i32) -> i32 {
