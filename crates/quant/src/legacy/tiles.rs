@@ -42,12 +42,25 @@ const _: () = assert!(crate::gemm::TASK_ROW_ALIGN.is_multiple_of(TILE_ROWS));
 /// Columns sharing one pass over a tile.
 pub(crate) const GROUP: usize = 8;
 
-/// How far ahead of the block in use the run-order tile kernel ([`packed_rows`]) asks for
-/// the packed bytes (a task's tiles are contiguous, so this runs into the next tile). The
-/// seed drafter's block (2.03 GB of Q8_0 layers, 8 columns, 2 threads, alternated runs):
-/// 4 and 8 KiB took 103–108 ms where the same block of the next tile (122–313 KB ahead,
-/// past the 32 KiB L1) took 115–117 and 16–32 KiB 112–121.
+/// How far ahead of the block in use the AVX2 own-order tile kernel
+/// ([`packed_rows_avx2`]) asks for the packed bytes, by `prefetcht0` (a task's tiles are
+/// contiguous, so this runs into the next tile). Measured first with the `vpdpbusd` kernel
+/// on a Zen 4 host with fast memory (the seed drafter's block, 2.03 GB of Q8_0 layers, 8
+/// columns, 2 threads, alternated runs): 4 and 8 KiB took 103–108 ms where the same block
+/// of the next tile (122–313 KB ahead, past the 32 KiB L1) took 115–117 and 16–32 KiB
+/// 112–121.
 const TILE_PREFETCH: usize = 8192;
+
+/// How far ahead the `vpdpbusd` run-order kernel ([`packed_rows`]) asks for the packed
+/// bytes, by `prefetcht1` (into the L2, not the L1). On a Zen 4 host whose memory answered
+/// slowly (a plain two-thread read 30–45 GB/s), the seed drafter's block with 8 KiB
+/// `prefetcht0` took 155–188 ms (median of six 170), with `prefetcht1` 121–144 at 8 KiB
+/// (median of five 137) and 121–154 at 16 KiB (126); `prefetcht2` 117–151, `prefetchnta`
+/// 190–203, none 230–259 (alternated runs, `docs/PERFORMANCE.md` issue #22). A line asked
+/// for into the L1 holds one of the L1's few miss buffers until memory answers, one asked
+/// for into the L2 one of the L2's many, so more of the stream is in flight while the core
+/// computes.
+const TILE_PREFETCH_L2: usize = 16384;
 
 /// Up to how many columns a pass shifts the integer sums rather than the code registers
 /// (formats with [`TileRuns::HIGH_X16`]): one shift per column against four per run.
@@ -327,7 +340,7 @@ pub(crate) fn pack<F: TileRuns>(
 /// One packed tile (16 rows of `nb` blocks) · G columns: lane r of column c's result is
 /// row r's dot product with column c, the bits of [`super::dot_runs_ref`] (`dot_ref`
 /// itself but for Q8_0, whose signed tiles are read as `v + 128`). While it walks the tile
-/// it prefetches `ahead` (block by block, [`TILE_PREFETCH`] ahead).
+/// it prefetches as `ahead` says, block by block.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, VL, BW and VNNI plus AVX2, FMA and F16C; `tile` is one
@@ -414,13 +427,23 @@ unsafe fn tile<F: TileRuns, const G: usize>(
 /// `start + b · TILE_BLOCK_BYTES ..` (a fixed distance ahead, or the same block of the next
 /// tile), or nothing.
 /// Prefetching never faults, so `start` may point past the matrix.
-/// With `nta` the lines are asked for by `prefetchnta` (a pass that reads each line once:
-/// the one-column own kernel, [`tile_own_avx2_one`]), else by `prefetcht0`.
 #[derive(Clone, Copy)]
 struct Ahead {
     start: *const u8,
     on: bool,
-    nta: bool,
+    hint: Hint,
+}
+
+/// Where a prefetch asks for its lines.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hint {
+    /// `prefetcht0`: into the L1.
+    L1,
+    /// `prefetcht1`: into the L2 ([`TILE_PREFETCH_L2`]).
+    L2,
+    /// `prefetchnta`: close to the core without displacing the L2 (a pass that reads each
+    /// line once: the one-column own kernel on AVX2).
+    Once,
 }
 
 impl Ahead {
@@ -433,10 +456,10 @@ impl Ahead {
             let p = self.start.wrapping_add(b * F::TILE_BLOCK_BYTES + off);
             // SAFETY: a prefetch is a hint: it reads nothing and never faults.
             unsafe {
-                if self.nta {
-                    _mm_prefetch::<_MM_HINT_NTA>(p.cast());
-                } else {
-                    _mm_prefetch::<_MM_HINT_T0>(p.cast());
+                match self.hint {
+                    Hint::L1 => _mm_prefetch::<_MM_HINT_T0>(p.cast()),
+                    Hint::L2 => _mm_prefetch::<_MM_HINT_T1>(p.cast()),
+                    Hint::Once => _mm_prefetch::<_MM_HINT_NTA>(p.cast()),
                 }
             }
         }
@@ -446,7 +469,7 @@ impl Ahead {
 /// The rows of a task that lie in whole packed tiles (when the matrix has them and the
 /// task starts on a tile), every column, into `out`; returns how many rows it did.
 /// Column groups go outside, tiles inside, so a group's columns are prepared once per
-/// task; the first group prefetches [`TILE_PREFETCH`] ahead while it walks a tile (the
+/// task; the first group prefetches [`TILE_PREFETCH_L2`] ahead while it walks a tile (the
 /// later groups find the task's tiles cached).
 ///
 /// # Safety
@@ -475,9 +498,9 @@ unsafe fn packed_rows<F: TileRuns>(
                 for t in 0..tiles {
                     let at = (first / TILE_ROWS + t) * tile_bytes;
                     let ahead = Ahead {
-                        start: packed.as_ptr().wrapping_add(at + TILE_PREFETCH),
+                        start: packed.as_ptr().wrapping_add(at + TILE_PREFETCH_L2),
                         on: done == 0,
-                        nta: false,
+                        hint: Hint::L2,
                     };
                     let tile_at = &packed[at..at + tile_bytes];
                     // SAFETY: the caller guarantees the CPU features; the kernel checks
@@ -632,7 +655,7 @@ unsafe fn packed_rows_avx2<F: TileRuns, const OWN: bool>(
                         let ahead = Ahead {
                             start: packed.as_ptr().wrapping_add(at + ahead_by),
                             on: done == 0 && half == 0,
-                            nta: one_pass,
+                            hint: if one_pass { Hint::Once } else { Hint::L1 },
                         };
                         // SAFETY: the caller guarantees the CPU features; the kernels
                         // check the sizes.
@@ -972,7 +995,7 @@ unsafe fn packed_rows_lanes<F: TileRuns>(
                     let ahead = Ahead {
                         start: packed.as_ptr().wrapping_add(at + tile_bytes),
                         on: done == 0,
-                        nta: false,
+                        hint: Hint::L1,
                     };
                     let tile_at = &packed[at..at + tile_bytes];
                     // SAFETY: the caller guarantees the CPU features; the kernel checks

@@ -27,25 +27,27 @@ use crate::columns::Columns;
 use crate::matrix::{for_each_group, group_size, Matrix};
 use crate::x86_64::{Dpbusd, LaneDot, Maddubs};
 
-/// How far ahead of the block in use [`lanes_block`] asks for a row's bytes. A decode
-/// step's products stream every weight once, so a core's reads must be in flight well
-/// ahead of its arithmetic: measured against a plain read of the same 633 MB (the
-/// products of a Qwen3-0.6B-shaped decode step, two threads, alternated), 8 KiB took
-/// 1.09–1.11× the read's time where 4 KiB took 1.20× and none 4×. That was with
-/// `vpdpbusd` (Zen 4); the AVX2 path takes [`PREFETCH_AVX2`].
+/// How far ahead of the block in use [`lanes_block`] asks for a row's bytes with
+/// `vpdpbusd` and two or more columns (a verify's), by `prefetcht0`. A decode step's products
+/// stream every weight once, so a core's reads must be in flight well ahead of its
+/// arithmetic: measured against a plain read of the same 633 MB (the products of a
+/// Qwen3-0.6B-shaped decode step, two threads, alternated, on Zen 4, then with two
+/// adjacent rows a pass), 8 KiB took 1.09–1.11× the read's time where 4 KiB took 1.20× and
+/// none 4×.
 const PREFETCH: usize = 8192;
 
-/// [`PREFETCH`] of the AVX2 path (CPUs without AVX-512 VNNI), whose lines are asked for
-/// non-temporally (`prefetchnta`: into L1 without displacing the L2 the next pass may
-/// want) and whose single column pairs rows k/2 apart ([`rows_lanes`]): two adjacent rows
-/// a pass make each of a pass's two streams jump a row at every pass, which Zen 2's
-/// prefetcher follows badly (with no software prefetch, one row a pass read 9.0 GB/s on
-/// one core, two adjacent rows 4.7). On a Zen 2 (EPYC, 2 threads, a Qwen3-0.6B-shaped Q8_0
-/// decode step, alternated runs, `docs/PERFORMANCE.md` issue #22): two adjacent rows with 8
-/// KiB `prefetcht0` (the VNNI path's policy) 36.5–38.5 ms; one row a pass with this 4 KiB
-/// 32.1–35.4; rows k/2 apart with it 27.9–30.8, where one row a pass took 33.3–33.8 in the
-/// same run.
-const PREFETCH_AVX2: usize = 4096;
+/// [`PREFETCH`] of one column (a decode step's products) and of every pass on AVX2 without
+/// VNNI, whose lines are asked for non-temporally (`prefetchnta`: into L1 without
+/// displacing the L2 the next pass may want) and whose single column pairs rows k/2 apart
+/// ([`rows_lanes`]): two adjacent rows a pass make each of a pass's two streams jump a row
+/// at every pass, which AMD's prefetchers follow badly (on Zen 2 with no software
+/// prefetch, one row a pass read 9.0 GB/s on one core, two adjacent rows 4.7). A
+/// Qwen3-0.6B-shaped Q8_0 decode step, 2 threads, alternated runs (`docs/PERFORMANCE.md`
+/// issue #22): on Zen 2 (AVX2) two adjacent rows with 8 KiB `prefetcht0` 36.5–38.5 ms,
+/// one row a pass with this 4 KiB 32.1–35.4, rows k/2 apart with it 27.9–30.8; on Zen 4
+/// (`vpdpbusd`) two adjacent rows with 8 KiB `prefetcht0` 38.7–47.1 ms, rows k/2 apart
+/// with it 25.3–30.5 and with this 21.5–29.6.
+const PREFETCH_ONE: usize = 4096;
 
 /// Rows per pass (the lanes of an AVX2 register).
 pub(crate) const ROWS: usize = 8;
@@ -387,7 +389,7 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// r · column c is the same instruction sequence whatever else the pass holds: the bits of
 /// the reference. Two rows in one pass give a single column two independent chains of
 /// fused adds (a decode step is otherwise bound by one chain's latency, with `vpdpbusd`).
-/// With `NTA` the rows are prefetched [`PREFETCH_AVX2`] ahead by `prefetchnta`, else
+/// With `NTA` the rows are prefetched [`PREFETCH_ONE`] ahead by `prefetchnta`, else
 /// [`PREFETCH`] ahead by `prefetcht0`.
 ///
 ///
@@ -465,7 +467,7 @@ unsafe fn lanes_row<
             if at % 64 < F::BLOCK_BYTES {
                 for r in 0..R {
                     if NTA {
-                        let p = base[r].wrapping_add(at + PREFETCH_AVX2);
+                        let p = base[r].wrapping_add(at + PREFETCH_ONE);
                         _mm_prefetch::<_MM_HINT_NTA>(p.cast());
                     } else {
                         _mm_prefetch::<_MM_HINT_T0>(base[r].wrapping_add(at + PREFETCH).cast());
@@ -614,14 +616,21 @@ unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: 
     out: &mut [[[f32; G]; R]],
 ) {
     // SAFETY: the caller's guarantees; the features are this function's.
-    unsafe { lanes_block::<F, Dpbusd, false, P, R, G>(rows, cols, out) }
+    unsafe {
+        if G == 1 {
+            // One column: rows k/2 apart asked for by `prefetchnta` (see PREFETCH_ONE).
+            lanes_block::<F, Dpbusd, true, P, R, G>(rows, cols, out)
+        } else {
+            lanes_block::<F, Dpbusd, false, P, R, G>(rows, cols, out)
+        }
+    }
 }
 
 /// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
 const LANE_GROUP: usize = 8;
 
-/// Rows per stream in one call of [`lanes_block`] on the one-column AVX2 path (rows i and
-/// k/2 + i of a task): the kernel's entry and exit (its arrays, the row ends' reductions)
+/// Rows per stream in one call of [`lanes_block`] for one column (rows i and k/2 + i of a
+/// task): the kernel's entry and exit (its arrays, the row ends' reductions)
 /// cost as much as a few blocks, paid once per call.
 const SPLIT_RUN: usize = 32;
 
@@ -634,8 +643,8 @@ struct LaneCol {
 }
 
 /// Rows `first..first + out.len() / n` of a lane-order format · all n columns, row-major
-/// into `out`: one or two columns two rows per pass (for one column on the AVX2 path rows
-/// i and k/2 + i of the task's k, [`PREFETCH_AVX2`]), more in groups of up to
+/// into `out`: one or two columns two rows per pass (for one column rows i and k/2 + i of
+/// the task's k, [`PREFETCH_ONE`]), more in groups of up to
 /// [`LANE_GROUP`] one row per pass; a product's bits never depend on its pass.
 ///
 /// # Safety
@@ -681,12 +690,11 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
         };
     }
     if n <= 2 {
-        // Two rows a pass: rows p and k/2 + p for one column on the AVX2 path (each row
-        // then streams through its own half of the task's rows, see PREFETCH_AVX2), rows
-        // 2p and 2p + 1 otherwise; an odd last row alone.
+        // Two rows a pass: for one column rows p and k/2 + p (each row then streams
+        // through its own half of the task's rows, see PREFETCH_ONE), for two rows 2p and
+        // 2p + 1; an odd last row alone.
         let k = out.len() / n;
-        let split = n == 1 && !vnni;
-        if split {
+        if n == 1 {
             // Both halves' rows run on in one call, up to SPLIT_RUN rows each, so the
             // kernel's entry and exit are not paid per pair of rows.
             let half = k / 2;
@@ -707,15 +715,9 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
                 }
                 p += m;
             }
-        }
-        for p in 0..if split { 0 } else { k / 2 } {
-            let (a, b) = (2 * p, 2 * p + 1);
-            if n == 1 {
-                let mut o = [[[0.0f32; 1]; 2]];
-                block!(2, 1, [row(a), row(b)], &[cols[0]], &mut o);
-                out[a] = o[0][0][0];
-                out[b] = o[0][1][0];
-            } else {
+        } else {
+            for p in 0..k / 2 {
+                let (a, b) = (2 * p, 2 * p + 1);
                 let mut o = [[[0.0f32; 2]; 2]];
                 block!(2, 2, [row(a), row(b)], &[cols[0], cols[1]], &mut o);
                 out[2 * a..2 * a + 2].copy_from_slice(&o[0][0]);
