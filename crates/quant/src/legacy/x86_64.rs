@@ -459,118 +459,139 @@ unsafe fn lanes_row<
         const { assert!(F::SUBS == 1, "the scale products take one run a block") };
         let mut mws = [[0.0f32; ROWS]; R];
         let mut dprod = [[[0.0f32; ROWS]; G]; R];
-        for b in 0..nb {
-            // The matrix is streamed once: ask for the bytes a fixed distance ahead (a
-            // task's rows are contiguous, so this runs into the next rows), one cache line
-            // per 64 bytes.
-            let at = b * F::BLOCK_BYTES;
-            if at % 64 < F::BLOCK_BYTES {
-                for r in 0..R {
-                    if NTA {
-                        let p = base[r].wrapping_add(at + PREFETCH_ONE);
-                        _mm_prefetch::<_MM_HINT_NTA>(p.cast());
-                    } else {
-                        _mm_prefetch::<_MM_HINT_T0>(base[r].wrapping_add(at + PREFETCH).cast());
-                    }
-                }
-            }
-            if b % ROWS == 0 {
-                for r in 0..R {
-                    // The scales (and mins) of blocks b..b + 8 in one conversion; past the
-                    // row's end the last block stands in (its lanes are never read).
-                    let ps: [*const u8; ROWS] = if b + ROWS <= nb {
-                        // blocks b..b + 8 lie in the row.
-                        let p = base[r].add(at);
-                        std::array::from_fn(|k| p.add(k * F::BLOCK_BYTES))
-                    } else {
-                        std::array::from_fn(|k| {
-                            // the index is clamped to the row's last block.
-                            base[r].add((b + k).min(nb - 1) * F::BLOCK_BYTES)
-                        })
-                    };
-                    // every pointer points at a whole block of the row; the caller
-                    // enables the features.
-                    let (d8, m8) = F::scales8(&ps);
-                    // `mws[r]` holds eight f32.
-                    _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
-                    // The scale products with each column's run scales, one multiply of
-                    // eight lanes each (the products a scalar multiply per block gives,
-                    // bit for bit); past the row's end (a column holds nb runs) the lanes
-                    // are never read.
-                    for c in 0..G {
-                        let dx = if b + ROWS <= nb {
-                            // the column holds runs b..b + 8.
-                            _mm256_loadu_ps(cols[c].d.add(b))
-                        } else {
-                            let mut part = [0.0f32; ROWS];
-                            for (k, v) in part.iter_mut().enumerate().take(nb - b) {
-                                // run b + k < nb lies in the column.
-                                *v = *cols[c].d.add(b + k);
-                            }
-                            _mm256_loadu_ps(part.as_ptr())
-                        };
-                        // `dprod[r][c]` holds eight f32.
-                        _mm256_storeu_ps(dprod[r][c].as_mut_ptr(), _mm256_mul_ps(d8, dx));
-                    }
-                }
-            }
-            if F::HAS_MIN {
-                for c in 0..G {
-                    // the columns cover nb blocks (the caller's guarantee).
-                    let s = *cols[c].s.add(b);
+        // Block b (the k-th of its group of eight, whose scales are in `dprod` and `mws`);
+        // `$whole`: the group is whole, so the loop over it has a fixed count (unrolled,
+        // its branches gone), every block asks for its stream's next bytes, and the odd
+        // last block of P (nb odd: in a partial group) is not among them.
+        macro_rules! block {
+            ($b:expr, $k:expr, $whole:expr) => {{
+                let (b, k): (usize, usize) = ($b, $k);
+                // The matrix is streamed once: ask for the bytes a fixed distance ahead (a
+                // task's rows are contiguous, so this runs into the next rows), one cache
+                // line per 64 bytes (in a whole group a prefetch per block: redundant ones
+                // cost a slot, not a read).
+                let at = b * F::BLOCK_BYTES;
+                if $whole || at % 64 < F::BLOCK_BYTES {
                     for r in 0..R {
-                        macc[r][c] = mws[r][b % ROWS].mul_add(s, macc[r][c]);
-                    }
-                }
-            }
-            for sub in 0..F::SUBS {
-                let j = b * F::SUBS + sub;
-                let mut unsigned = [zero; R];
-                let mut signed = [zero; R];
-                for r in 0..R {
-                    // block b < nb is a whole block of the row; the caller enables the
-                    // features.
-                    let codes = F::codes(base[r].add(at), sub);
-                    if F::SIGNED || F::OFFSET != 0 {
-                        let v = if F::SIGNED {
-                            codes
+                        if NTA {
+                            let p = base[r].wrapping_add(at + PREFETCH_ONE);
+                            _mm_prefetch::<_MM_HINT_NTA>(p.cast());
                         } else {
-                            _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
-                        };
-                        signed[r] = v;
-                        unsigned[r] = _mm256_sign_epi8(v, v);
-                    } else {
-                        unsigned[r] = codes;
-                    }
-                }
-                for c in 0..G {
-                    // run j's 32 quants lie inside the column (the caller's guarantee).
-                    let qx = _mm256_loadu_si256(cols[c].q.add(j * RUN).cast());
-                    for r in 0..R {
-                        let s = if F::SIGNED || F::OFFSET != 0 {
-                            _mm256_sign_epi8(qx, signed[r])
-                        } else {
-                            qx
-                        };
-                        // the caller enables D's instruction set.
-                        let sums = D::dot(zero, unsigned[r], s);
-                        let d = dprod[r][c][b % ROWS];
-                        if b == tail_block {
-                            let mut lanes = [0i32; 8];
-                            // `lanes` holds eight i32.
-                            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums);
-                            tail[r][c] = (d, lanes.iter().sum());
-                            continue;
+                            let p = base[r].wrapping_add(at + PREFETCH);
+                            _mm_prefetch::<_MM_HINT_T0>(p.cast());
                         }
-                        let a = if P && b % 2 == 1 {
-                            &mut acc2[r][c]
-                        } else {
-                            &mut acc[r][c]
-                        };
-                        *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), *a);
                     }
                 }
+                if F::HAS_MIN {
+                    for c in 0..G {
+                        // the columns cover nb blocks (the caller's guarantee).
+                        let s = *cols[c].s.add(b);
+                        for r in 0..R {
+                            macc[r][c] = mws[r][k].mul_add(s, macc[r][c]);
+                        }
+                    }
+                }
+                for sub in 0..F::SUBS {
+                    let j = b * F::SUBS + sub;
+                    let mut unsigned = [zero; R];
+                    let mut signed = [zero; R];
+                    for r in 0..R {
+                        // block b < nb is a whole block of the row; the caller enables the
+                        // features.
+                        let codes = F::codes(base[r].add(at), sub);
+                        if F::SIGNED || F::OFFSET != 0 {
+                            let v = if F::SIGNED {
+                                codes
+                            } else {
+                                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
+                            };
+                            signed[r] = v;
+                            unsigned[r] = _mm256_sign_epi8(v, v);
+                        } else {
+                            unsigned[r] = codes;
+                        }
+                    }
+                    for c in 0..G {
+                        // run j's 32 quants lie inside the column (the caller's guarantee).
+                        let qx = _mm256_loadu_si256(cols[c].q.add(j * RUN).cast());
+                        for r in 0..R {
+                            let s = if F::SIGNED || F::OFFSET != 0 {
+                                _mm256_sign_epi8(qx, signed[r])
+                            } else {
+                                qx
+                            };
+                            // the caller enables D's instruction set.
+                            let sums = D::dot(zero, unsigned[r], s);
+                            let d = dprod[r][c][k];
+                            if !$whole && b == tail_block {
+                                let mut lanes = [0i32; 8];
+                                // `lanes` holds eight i32.
+                                _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums);
+                                tail[r][c] = (d, lanes.iter().sum());
+                                continue;
+                            }
+                            // groups start at multiples of eight: b and k have one parity.
+                            let a = if P && k % 2 == 1 {
+                                &mut acc2[r][c]
+                            } else {
+                                &mut acc[r][c]
+                            };
+                            *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), *a);
+                        }
+                    }
+                }
+            }};
+        }
+        let mut b0 = 0;
+        while b0 < nb {
+            for r in 0..R {
+                // The scales (and mins) of blocks b0..b0 + 8 in one conversion; past the
+                // row's end the last block stands in (its lanes are never read).
+                let ps: [*const u8; ROWS] = if b0 + ROWS <= nb {
+                    // blocks b0..b0 + 8 lie in the row.
+                    let p = base[r].add(b0 * F::BLOCK_BYTES);
+                    std::array::from_fn(|k| p.add(k * F::BLOCK_BYTES))
+                } else {
+                    std::array::from_fn(|k| {
+                        // the index is clamped to the row's last block.
+                        base[r].add((b0 + k).min(nb - 1) * F::BLOCK_BYTES)
+                    })
+                };
+                // every pointer points at a whole block of the row; the caller enables the
+                // features.
+                let (d8, m8) = F::scales8(&ps);
+                // `mws[r]` holds eight f32.
+                _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
+                // The scale products with each column's run scales, one multiply of eight
+                // lanes each (the products a scalar multiply per block gives, bit for
+                // bit); past the row's end (a column holds nb runs) the lanes are never
+                // read.
+                for c in 0..G {
+                    let dx = if b0 + ROWS <= nb {
+                        // the column holds runs b0..b0 + 8.
+                        _mm256_loadu_ps(cols[c].d.add(b0))
+                    } else {
+                        let mut part = [0.0f32; ROWS];
+                        for (k, v) in part.iter_mut().enumerate().take(nb - b0) {
+                            // run b0 + k < nb lies in the column.
+                            *v = *cols[c].d.add(b0 + k);
+                        }
+                        _mm256_loadu_ps(part.as_ptr())
+                    };
+                    // `dprod[r][c]` holds eight f32.
+                    _mm256_storeu_ps(dprod[r][c].as_mut_ptr(), _mm256_mul_ps(d8, dx));
+                }
             }
+            if b0 + ROWS <= nb {
+                for k in 0..ROWS {
+                    block!(b0 + k, k, true);
+                }
+            } else {
+                for k in 0..nb - b0 {
+                    block!(b0 + k, k, false);
+                }
+            }
+            b0 += ROWS;
         }
         for r in 0..R {
             for c in 0..G {
