@@ -46,6 +46,9 @@ pub(crate) trait LaneDot {
     /// The CPU must have the implementation's instruction set (the caller's kernel enables
     /// it).
     unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+    /// Whether `u` may be any byte, so that signed values may be met as the unsigned codes
+    /// `v + 128` (their sums corrected by `-128 · Σs`: the same exact integers).
+    const WIDE: bool;
 }
 
 /// AVX2: `vpmaddubsw` (pairs in i16; exact while `u ≤ 127`, as 2 · 127 · 128 < 2^15) then
@@ -53,6 +56,7 @@ pub(crate) trait LaneDot {
 pub(crate) struct Maddubs;
 
 impl LaneDot for Maddubs {
+    const WIDE: bool = false;
     #[inline(always)]
     unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: the caller's kernel enables AVX2.
@@ -67,6 +71,7 @@ impl LaneDot for Maddubs {
 pub(crate) struct Dpbusd;
 
 impl LaneDot for Dpbusd {
+    const WIDE: bool = true;
     #[inline(always)]
     unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: the caller's kernel enables AVX-512 VL and VNNI.
