@@ -383,13 +383,13 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 
 /// R rows of a format that sums in ggml's lane order ([`super::dot_lanes_ref`]) · G
 /// columns: each row's runs decoded once (by [`Avx2Runs::codes`]), then per column the
-/// eight lanes' exact integer sums (values as signed bytes met as `|v| · sign(q, v)` —
-/// with a [`LaneDot::WIDE`] `D` (`vpdpbusd`) as `(v + 128) · q` from the lanes'
-/// `-128 · Σq`, one XOR per row in place of two `vpsignb`: on Zen 4 the one-column kernel
-/// computed 5–7 % more bytes a second from cache and a decode step took 20.1–28.1 ms against
-/// 22.4–25.0, alternated — or unsigned codes met as `code · q`, by `D`), converted and
-/// fused into eight f32 lanes with
-/// the run's scale product; the mins' products fused into a scalar per row and column. Row
+/// eight lanes' exact integer sums by `D` (signed values met as `|v| · sign(q, v)`, or with
+/// a [`LaneDot::WIDE`] `D`, `vpdpbusd`, as `(v + 128) · q` from a start of `-128 ·` the
+/// lane's quants' sum: one XOR per row where the sign trick takes two `vpsignb`, and on Zen
+/// 4 the one-column kernel computed 5–7 % more bytes a second from cache, a decode step
+/// 20.1–28.1 ms against 22.4–25.0, alternated; unsigned codes met as `code · q`), converted
+/// and fused into eight f32 lanes with the run's scale product; the mins' products fused
+/// into a scalar per row and column. Row
 /// r · column c is the same instruction sequence whatever else the pass holds: the bits of
 /// the reference. Two rows in one pass give a single column two independent chains of
 /// fused adds (a decode step is otherwise bound by one chain's latency, with `vpdpbusd`).
