@@ -952,9 +952,10 @@ fn f16_accumulator_kernels_match_their_references() {
 }
 
 /// The fused one-chunk flash-attention kernels give their reference's bits: head sizes
-/// around the 64-value step and the 16-lane width, strides wider than a row, chunks
-/// starting inside the keys, scores that raise the maximum late (rescaling the
-/// accumulator) and values near F16's limits.
+/// around the 64-value step and the 16-lane width and Kimi K3's MLA rows (576 / 512),
+/// strides wider than a row, chunks starting inside the keys, chunks over several of the
+/// AVX2 kernel's windows, scores that raise the maximum late (rescaling the accumulator)
+/// and values near F16's limits.
 #[test]
 fn attend_chunk_kernels_match_their_reference() {
     let mut rng = Rng(31);
@@ -965,9 +966,16 @@ fn attend_chunk_kernels_match_their_reference() {
         (32, 48),
         (7, 9),
         (192, 128),
+        (576, 512),
         (64, 0),
     ] {
-        for (count, value_scale) in [(1usize, 1.0f32), (5, 3.0e-3), (37, 1.0), (130, 2.0e3)] {
+        for (count, value_scale) in [
+            (1usize, 1.0f32),
+            (5, 3.0e-3),
+            (37, 1.0),
+            (130, 2.0e3),
+            (300, 0.5),
+        ] {
             let stride = d.max(r) + 3;
             let f16 = |x: f32| crate::vector::round_f16(x);
             let q: Vec<f32> = (0..d).map(|_| f16(rng.normal())).collect();
