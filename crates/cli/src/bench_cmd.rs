@@ -449,7 +449,16 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                     routed_summary(routed.split_off(routed.len().min(2))),
                 ))
             };
-            let (decode, decode_routed) = step(1)?;
+            // Where a decode step's time goes, stage by stage (decoder targets).
+            let recorder = dspark_runtime::stages::Recorder::start();
+            let (mut decode, decode_routed) = step(1)?;
+            if let Some(stages) = recorder.finish() {
+                decode["stages_ms"] = stages
+                    .into_iter()
+                    .map(|(s, ms)| (s.name().to_string(), json!(ms)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
+            }
             let (verify_t, verify_routed) = step(verify)?;
             let mut widths = Vec::new();
             for &w in &a.widths {
@@ -727,6 +736,13 @@ fn print_table(d: &Value) -> Result<()> {
             &t["decode"],
             &t["decode_bound_ms"],
         )?;
+        if let Some(stages) = t["decode"]["stages_ms"].as_object() {
+            let parts: Vec<String> = stages
+                .iter()
+                .map(|(name, ms)| format!("{name} {}", f(ms)))
+                .collect();
+            crate::outln!("  stages, mean ms: {}", parts.join(", "))?;
+        }
         row(
             format!("target verify ({} tokens)", t["verify"]["tokens"]),
             &t["verify"],

@@ -1369,6 +1369,8 @@ fn kimi_k3_pair_from_synth_generates_and_benches() {
     let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(b["target"]["fresh_tokens"], true);
     let one = b["target"]["decode"]["routed"]["experts"].as_u64().unwrap();
+    // Kimi K3's forward marks no decoder stages.
+    assert!(b["target"]["decode"].get("stages_ms").is_none());
     assert!(one > 0, "{b}");
     let w = b["target"]["widths"].as_array().unwrap();
     let widths: Vec<u64> = w.iter().map(|x| x["tokens"].as_u64().unwrap()).collect();
@@ -2017,6 +2019,24 @@ fn bench_reports_steps_bytes_and_break_even() {
     );
     assert_eq!(v["target"]["verify"]["tokens"], 3);
     assert!(ms(&v["target"]["decode"]) > 0.0 && ms(&v["target"]["verify"]) > 0.0);
+    // The decode step by stage: every stage of a decoder forward, in its order.
+    let stages = v["target"]["decode"]["stages_ms"].as_object().unwrap();
+    let names: Vec<&str> = stages.keys().map(|k| k.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "norms",
+            "qkv",
+            "rope_kv",
+            "attention",
+            "output",
+            "ffn",
+            "head_prep",
+            "lm_head"
+        ]
+    );
+    assert!(stages.values().all(|x| x.as_f64().unwrap() >= 0.0));
+    assert!(stages["qkv"].as_f64().unwrap() > 0.0 && stages["lm_head"].as_f64().unwrap() > 0.0);
     let tbytes = fs::read(&target).unwrap();
     let tf = dspark_gguf::GgufFile::parse(&tbytes).unwrap();
     // What a decode step streams: every layer, the final norm and the LM head (not the

@@ -48,6 +48,7 @@ pub mod models;
 pub mod nn;
 pub mod sampling;
 pub mod schedule;
+pub mod stages;
 pub mod target;
 pub mod tokenizer;
 pub mod trace;

@@ -25,6 +25,7 @@ use crate::nn::attention::{
 use crate::nn::layer::{DecoderLayer, Dims};
 use crate::nn::ops::norm_rows;
 use crate::nn::rope::{norm_rotate_heads, Rotary};
+use crate::stages::{Clock, Stage};
 use crate::target::{check_rollback, Forward, Logits, Target};
 use crate::weights::{ModelBytes, WeightRef};
 
@@ -362,6 +363,7 @@ fn forward_many<M: HasDecoder>(
         .collect();
     let (qd, kvd) = (dims.heads * hd, dims.kv_heads * hd);
     let group = dims.heads / dims.kv_heads;
+    let mut clock = Clock::start();
     let all: Vec<u32> = tokens.concat();
     let mut x = vec![0.0f32; n * h];
     d.embed(&all, &mut x)?;
@@ -383,7 +385,9 @@ fn forward_many<M: HasDecoder>(
     for (li, lw) in d.layers.iter().enumerate() {
         // 1. Attention input norm, projections, per-head norms and the rotation.
         norm_rows(&x, &lw.attn_norm, d.eps, &mut normed);
+        clock.mark(Stage::Norms);
         lw.qkv(bytes, &normed, &mut q, &mut k, &mut v);
+        clock.mark(Stage::Qkv);
         for (si, t) in tables.iter().enumerate() {
             let (qn, kn) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
             norm_rotate_heads(&mut q[span(qd, si)], qd, qn, d.eps, &d.rotary, t);
@@ -403,6 +407,7 @@ fn forward_many<M: HasDecoder>(
         //    Each task is one row's query head (F16) or one row's group of query heads
         //    sharing a KV head (f32); tasks run in parallel, each one's arithmetic the same
         //    whatever runs beside it.
+        clock.mark(Stage::RopeKv);
         let kvs: Vec<(&[f32], &[f32])> = sessions
             .iter()
             .map(|s| (s.kv.keys(li), s.kv.values(li)))
@@ -464,7 +469,9 @@ fn forward_many<M: HasDecoder>(
                 },
             );
         }
+        clock.mark(Stage::Attention);
         lw.output_residual(bytes, &attn, &mut x);
+        clock.mark(Stage::Output);
         // 4. SwiGLU FFN. After the last layer's attention only the rows that give
         // logits go on, as in llama.cpp's graph (`inp_out_ids`): a single session's
         // forward with `Logits::Last` runs the last layer's FFN on its last row alone
@@ -488,6 +495,7 @@ fn forward_many<M: HasDecoder>(
                 captured[dst..dst + h].copy_from_slice(&x[t * h..(t + 1) * h]);
             }
         }
+        clock.mark(Stage::Ffn);
     }
     // 6. Final norm and the LM head on the rows asked for.
     let picked: Vec<f32>;
@@ -506,7 +514,9 @@ fn forward_many<M: HasDecoder>(
     let mut normed_rows = vec![0.0f32; rows_in.len()];
     norm_rows(rows_in, &d.output_norm, d.eps, &mut normed_rows);
     let mut logits = try_zeroed(rows_in.len() / h * d.vocab, "the target's logits")?;
+    clock.mark(Stage::HeadPrep);
     d.lm_head(&normed_rows, &mut logits);
+    clock.mark(Stage::Head);
     for (si, s) in sessions.iter_mut().enumerate() {
         s.len = p0s[si] + ns[si];
     }
