@@ -403,11 +403,11 @@ fn forward_many<M: HasDecoder>(
         for (si, s) in sessions.iter_mut().enumerate() {
             s.kv.write(li, p0s[si], &k[span(kvd, si)], &v[span(kvd, si)]);
         }
+        clock.mark(Stage::RopeKv);
         // 3. Causal GQA attention: a session's position p0 + t reads its keys 0..=p0 + t.
         //    Each task is one row's query head (F16) or one row's group of query heads
         //    sharing a KV head (f32); tasks run in parallel, each one's arithmetic the same
         //    whatever runs beside it.
-        clock.mark(Stage::RopeKv);
         let kvs: Vec<(&[f32], &[f32])> = sessions
             .iter()
             .map(|s| (s.kv.keys(li), s.kv.values(li)))
