@@ -35,7 +35,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// Every stage, in a forward's order.
+    /// Every stage, in a forward's order (a stage's index is its discriminant).
     pub const ALL: [Stage; 8] = [
         Stage::Norms,
         Stage::Qkv,
@@ -128,7 +128,7 @@ impl Clock {
     pub(crate) fn mark(&mut self, stage: Stage) {
         if let Some(last) = self.0.as_mut() {
             let now = Instant::now();
-            let i = Stage::ALL.iter().position(|&s| s == stage).unwrap_or(0);
+            let i = stage as usize;
             let dt = (now - *last).as_nanos() as u64;
             SUMS.with(|s| {
                 if let Some((nanos, _)) = s.borrow_mut().as_mut() {
@@ -173,6 +173,8 @@ mod tests {
         assert_eq!(get(Stage::Qkv), 0.0);
         assert_eq!(get(Stage::Ffn), 0.0);
         assert_eq!(stages.len(), Stage::ALL.len());
+        // A stage's index is its place in ALL.
+        assert!(Stage::ALL.iter().enumerate().all(|(i, &s)| s as usize == i));
         // Off again: nothing recorded, nothing to report.
         let r = Recorder::start();
         assert!(r.finish().is_none());

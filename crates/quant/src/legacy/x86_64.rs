@@ -389,13 +389,11 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
 /// 4 the one-column kernel computed 5–7 % more bytes a second from cache, a decode step
 /// 20.1–28.1 ms against 22.4–25.0, alternated; unsigned codes met as `code · q`), converted
 /// and fused into eight f32 lanes with the run's scale product; the mins' products fused
-/// into a scalar per row and column. Row
-/// r · column c is the same instruction sequence whatever else the pass holds: the bits of
-/// the reference. Two rows in one pass give a single column two independent chains of
+/// into a scalar per row and column. Row r · column c is the same instruction sequence
+/// whatever else the pass holds: the bits of the reference. Two rows in one pass give a single column two independent chains of
 /// fused adds (a decode step is otherwise bound by one chain's latency, with `vpdpbusd`).
 /// With `NTA` the rows are prefetched [`PREFETCH_ONE`] ahead by `prefetchnta`, else
 /// [`PREFETCH`] ahead by `prefetcht0`.
-///
 ///
 /// `rows[r]` may hold several rows one after the other (`out.len()` of them, the same
 /// count in each): they are done in turn in one call, `out[i][r][c]` row i of `rows[r]`
@@ -458,6 +456,8 @@ unsafe fn lanes_row<
         let mut tail = [[(0.0f32, 0i32); G]; R];
         let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         let mut macc = [[0.0f32; G]; R];
+        // Signed values met as `v + 128` (with a WIDE `D`) rather than by the sign trick.
+        let wide = D::WIDE && (F::SIGNED || F::OFFSET != 0);
         // Per row, the mins of blocks b..b + 8, and per row and column the products of
         // those blocks' scales with the column's run scales (one run a block).
         const { assert!(F::SUBS == 1, "the scale products take one run a block") };
@@ -509,11 +509,12 @@ unsafe fn lanes_row<
                             } else {
                                 _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
                             };
-                            signed[r] = v;
-                            // v + 128 as an unsigned byte, or |v| for the sign trick.
-                            unsigned[r] = if D::WIDE {
+                            // v + 128 as an unsigned byte, or |v| for the sign trick
+                            // (which also needs v's signs).
+                            unsigned[r] = if wide {
                                 _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN))
                             } else {
+                                signed[r] = v;
                                 _mm256_sign_epi8(v, v)
                             };
                         } else {
@@ -526,7 +527,6 @@ unsafe fn lanes_row<
                         // With WIDE, each lane's sum starts at -128 times its four quants'
                         // sum (128 · q by the same instruction, negated): added to the
                         // `(v + 128) · q` of the row's codes, exactly the lane's `v · q`.
-                        let wide = D::WIDE && (F::SIGNED || F::OFFSET != 0);
                         let start = if wide {
                             let k80 = _mm256_set1_epi8(i8::MIN);
                             _mm256_sub_epi32(zero, D::dot(zero, k80, qx))

@@ -501,66 +501,83 @@ pub(crate) unsafe fn attend_chunk_f16_avx2(
         }
         // 3. The accumulator: each value rescaled where the maximum grew, then the value
         //    row added with its weight, rounded to F16 at each step.
-        let row = |i: usize, j: usize, n: usize| {
-            let at = (p0 + i) * stride + j;
-            &values[at..at + n]
-        };
+        let weights = (&ms[..w], &vs[..w], &grew[..w]);
         let mut j = 0;
         while j + ATTEND_BLOCK <= r {
-            const REGS: usize = ATTEND_BLOCK / 8;
-            // SAFETY: j + ATTEND_BLOCK <= r = out.len(); each value slice is checked by
-            // `row`; the features are this function's.
+            let at = p0 * stride + j;
+            // SAFETY: the features are this function's.
             unsafe {
-                let mut acc: [__m256; REGS] =
-                    std::array::from_fn(|k| _mm256_loadu_ps(out.as_ptr().add(j + 8 * k)));
-                for i in 0..w {
-                    if grew[i] {
-                        let sv = _mm256_set1_ps(ms[i]);
-                        for a in acc.iter_mut() {
-                            let h =
-                                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(*a, sv));
-                            *a = _mm256_cvtph_ps(h);
-                        }
-                    }
-                    let v = row(i, j, ATTEND_BLOCK).as_ptr();
-                    let sv = _mm256_set1_ps(vs[i]);
-                    for (k, a) in acc.iter_mut().enumerate() {
-                        let x = _mm256_fmadd_ps(_mm256_loadu_ps(v.add(8 * k)), sv, *a);
-                        *a = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-                    }
-                }
-                for (k, a) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(j + 8 * k), *a);
-                }
-            }
+                window_f16::<{ ATTEND_BLOCK / 8 }>(
+                    &mut out[j..j + ATTEND_BLOCK],
+                    values,
+                    at,
+                    stride,
+                    weights,
+                )
+            };
             j += ATTEND_BLOCK;
         }
         while j + 8 <= r {
-            // SAFETY: as above, one register.
+            // SAFETY: the features are this function's.
             unsafe {
-                let mut a = _mm256_loadu_ps(out.as_ptr().add(j));
-                for i in 0..w {
-                    if grew[i] {
-                        let x = _mm256_mul_ps(a, _mm256_set1_ps(ms[i]));
-                        a = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-                    }
-                    let v = _mm256_loadu_ps(row(i, j, 8).as_ptr());
-                    let x = _mm256_fmadd_ps(v, _mm256_set1_ps(vs[i]), a);
-                    a = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-                }
-                _mm256_storeu_ps(out.as_mut_ptr().add(j), a);
-            }
+                window_f16::<1>(&mut out[j..j + 8], values, p0 * stride + j, stride, weights)
+            };
             j += 8;
         }
+        let row = |i: usize, jj: usize| values[(p0 + i) * stride + jj];
         for (jj, o) in out.iter_mut().enumerate().skip(j) {
             for i in 0..w {
                 if grew[i] {
                     *o = super::round_f16(*o * ms[i]);
                 }
-                *o = super::round_f16(row(i, jj, 1)[0].mul_add(vs[i], *o));
+                *o = super::round_f16(row(i, jj).mul_add(vs[i], *o));
             }
         }
         p0 += w;
     }
     (m, sum)
+}
+
+/// Step 3 of [`attend_chunk_f16_avx2`] for `8 · REGS` accumulator values `acc` (held in
+/// registers through the window): position i's value row starts at `values[first + i ·
+/// stride]`; where `grew[i]` the values are first rescaled by `ms[i]`, then the row is added
+/// with weight `vs[i]`, each step rounded to F16 ([`super::scale_round_f16_ref`] then
+/// [`super::mad_round_f16_ref`], per value).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn window_f16<const REGS: usize>(
+    acc: &mut [f32],
+    values: &[f32],
+    first: usize,
+    stride: usize,
+    (ms, vs, grew): (&[f32], &[f32], &[bool]),
+) {
+    assert_eq!(acc.len(), 8 * REGS, "the accumulator's registers");
+    let round = |x: __m256| _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
+    // SAFETY: `acc` holds REGS registers (asserted).
+    let mut a: [__m256; REGS] =
+        std::array::from_fn(|k| unsafe { _mm256_loadu_ps(acc.as_ptr().add(8 * k)) });
+    for (i, (&vw, &up)) in vs.iter().zip(grew).enumerate() {
+        if up {
+            let sv = _mm256_set1_ps(ms[i]);
+            for x in a.iter_mut() {
+                *x = round(_mm256_mul_ps(*x, sv));
+            }
+        }
+        let at = first + i * stride;
+        let v = &values[at..at + 8 * REGS];
+        let sv = _mm256_set1_ps(vw);
+        for (k, x) in a.iter_mut().enumerate() {
+            // SAFETY: `v` holds REGS registers.
+            let vk = unsafe { _mm256_loadu_ps(v.as_ptr().add(8 * k)) };
+            *x = round(_mm256_fmadd_ps(vk, sv, *x));
+        }
+    }
+    for (k, x) in a.iter().enumerate() {
+        // SAFETY: as the load.
+        unsafe { _mm256_storeu_ps(acc.as_mut_ptr().add(8 * k), *x) };
+    }
 }
