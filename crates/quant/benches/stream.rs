@@ -7,7 +7,10 @@
 //! as a forward does. Prints the read's bandwidth and the products' time over the read's
 //! (median and minimum of the pairs): how far a decode step's products are from the
 //! memory-bandwidth bound, without the rest of the step; and the same for the LM head's
-//! one pass alone (the kernel's streaming without 112 passes' starts and joins).
+//! one pass alone (the kernel's streaming without 112 passes' starts and joins). Then the
+//! kernel's ceiling: one layer's products passed again and again with their bytes cached,
+//! in GB/s, and what that ceiling alone makes of the bound of the median read (a product
+//! pass cannot stream faster than it computes).
 //! `cargo bench -p dspark-quant --bench stream` (`RAYON_NUM_THREADS` sets the threads).
 
 use std::time::Instant;
@@ -70,11 +73,12 @@ fn main() {
     let kernels = dspark_quant::kernels();
     let head = mats.len() - 1;
     let head_bytes = size(&passes[head][0]);
-    let run_passes = |from: usize, ys: &mut [Vec<Vec<f32>>]| {
+    let run_passes = |passes: std::ops::Range<usize>, ys: &mut [Vec<Vec<f32>>]| {
         // On a worker of the pool, as the runtime runs a forward (`dspark_cli::on_pool`):
         // each split runs its first part in place and the caller waits by stealing.
         rayon::scope(|_| {
-            for (ms, y) in mats.iter().zip(ys.iter_mut()).skip(from) {
+            let (from, count) = (passes.start, passes.len());
+            for (ms, y) in mats.iter().zip(ys.iter_mut()).skip(from).take(count) {
                 let x = vec![0.01f32; ms[0].cols];
                 let ws: Vec<&Matrix<'_>> = ms.iter().collect();
                 let mut outs: Vec<&mut [f32]> = y.iter_mut().map(|v| &mut v[..]).collect();
@@ -86,12 +90,12 @@ fn main() {
     for run in 0..23 {
         let r = read(&data);
         let t = Instant::now();
-        run_passes(0, &mut ys);
+        run_passes(0..mats.len(), &mut ys);
         let p = t.elapsed().as_secs_f64();
         // The LM head alone: one pass of 165 MB, its bytes read just before.
         let rh = read(&data[bytes - head_bytes..]);
         let t = Instant::now();
-        run_passes(head, &mut ys);
+        run_passes(head..head + 1, &mut ys);
         let ph = t.elapsed().as_secs_f64();
         if run >= 3 {
             ratios.push(p / r);
@@ -99,7 +103,24 @@ fn main() {
             head_ratios.push(ph / rh);
         }
     }
-    for v in [&mut ratios, &mut reads, &mut head_ratios] {
+    // The kernel's ceiling: the first layer's passes (17 MB, within the L3 of the machines
+    // measured) again and again with nothing read between, so their bytes stay cached.
+    let layer_bytes: usize = passes[..layer.len()]
+        .iter()
+        .flat_map(|p| p.iter())
+        .map(size)
+        .sum();
+    let mut hot = Vec::new();
+    for run in 0..53 {
+        let t = Instant::now();
+        for _ in 0..10 {
+            run_passes(0..layer.len(), &mut ys);
+        }
+        if run >= 3 {
+            hot.push(10.0 * layer_bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+    for v in [&mut ratios, &mut reads, &mut head_ratios, &mut hot] {
         v.sort_by(f64::total_cmp);
     }
     println!(
@@ -110,5 +131,14 @@ fn main() {
         ratios[0],
         head_ratios[head_ratios.len() / 2],
         head_ratios[0]
+    );
+    // At a read of R GB/s the step's bound is bytes / R; its products alone cannot take less
+    // than bytes / ceiling, however well reading and computing overlap.
+    let ceiling = hot[hot.len() / 2];
+    println!(
+        "one layer's products with their {layer_bytes} bytes cached: {ceiling:.1} GB/s (median of 50, max {:.1}): the products alone are at least {:.2}x the bound of a read at {:.1} GB/s",
+        hot[hot.len() - 1],
+        reads[reads.len() / 2] / ceiling,
+        reads[reads.len() / 2]
     );
 }

@@ -951,6 +951,62 @@ fn f16_accumulator_kernels_match_their_references() {
     }
 }
 
+/// A scale of 1 makes the F16 rescale kernels a rounding of every value to F16 with
+/// [`crate::vector::round_f16`]'s bits (what [`crate::vector::round_f16s`] relies on): every
+/// F16 value, its f32 neighbours, the ties halfway to the next F16 value and their
+/// neighbours, both signs; values past F16's largest, f32 subnormals, infinities, and NaNs
+/// quiet and signalling with payloads high and low.
+#[test]
+fn f16_rescale_by_one_is_round_f16() {
+    let mut x = Vec::new();
+    for h in 0..=u16::MAX {
+        let v = half::f16::from_bits(h).to_f32();
+        let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+        let tie = (f64::from(v) + f64::from(next)) / 2.0;
+        for base in [v, tie as f32] {
+            let b = base.to_bits();
+            x.extend([b, b.wrapping_add(1), b.wrapping_sub(1)].map(f32::from_bits));
+        }
+    }
+    x.extend([
+        65504.0f32,
+        65519.99,
+        65520.0,
+        65536.0,
+        1.0e9,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1.0e-40,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    for bits in [
+        0x7fc0_0000u32,
+        0x7f80_0001,
+        0x7fbf_ffff,
+        0x7fa0_2000,
+        0xffc0_0001,
+        0xff80_4000,
+    ] {
+        x.push(f32::from_bits(bits));
+    }
+    let negated: Vec<f32> = x.iter().map(|v| -v).collect();
+    x.extend(negated);
+    let want: Vec<u32> = x
+        .iter()
+        .map(|&v| crate::vector::round_f16(v).to_bits())
+        .collect();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for k in fast_kernels() {
+        let mut got = x.clone();
+        (k.scale_round_f16)(&mut got, 1.0);
+        assert_eq!(bits(&got), want, "{}", k.isa);
+    }
+    let mut got = x.clone();
+    crate::vector::round_f16s(&mut got);
+    assert_eq!(bits(&got), want, "round_f16s");
+}
+
 /// The fused one-chunk flash-attention kernels give their reference's bits: head sizes
 /// around the 64-value step and the 16-lane width and Kimi K3's MLA rows (576 / 512),
 /// strides wider than a row, chunks starting inside the keys, chunks over several of the

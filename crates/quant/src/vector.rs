@@ -88,6 +88,14 @@ pub fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
+/// Every value of `x` [`round_f16`]ed, by this CPU's [`crate::Kernels::scale_round_f16`]
+/// with a scale of 1 (`v · 1 = v` for every value, a NaN quieted as the rounding quiets
+/// it: the same bits; tested). A decode step rounds its keys, values and queries so: one
+/// call per value through `half` took ~5 ns, ~0.5 ms of a Qwen3-0.6B step.
+pub fn round_f16s(x: &mut [f32]) {
+    (crate::kernels().scale_round_f16)(x, 1.0)
+}
+
 /// `y_i = round_f16(y_i · s)`: an F16 accumulator rescaled (ggml's `ggml_vec_scale_f16`).
 pub fn scale_round_f16_ref(y: &mut [f32], s: f32) {
     for v in y.iter_mut() {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use dspark_contract::{SpecialTokens, TargetShape};
 use dspark_quant::gemm::{gemm, scratch_bytes};
-use dspark_quant::vector::round_f16;
+use dspark_quant::vector::round_f16s;
 use rayon::prelude::*;
 
 use crate::cache::KvCache;
@@ -396,9 +396,8 @@ fn forward_many<M: HasDecoder>(
         // 2. Keys and values into each session's cache (as F16 values when attention is
         //    F16, as llama.cpp's F16 cache holds them).
         if f16 {
-            for a in k.iter_mut().chain(v.iter_mut()) {
-                *a = round_f16(*a);
-            }
+            round_f16s(&mut k);
+            round_f16s(&mut v);
         }
         for (si, s) in sessions.iter_mut().enumerate() {
             s.kv.write(li, p0s[si], &k[span(kvd, si)], &v[span(kvd, si)]);
@@ -437,9 +436,8 @@ fn forward_many<M: HasDecoder>(
                         attend_tiled(qi, kc, vc, kvd, view, scale, out);
                         return;
                     }
-                    for (a, &b) in q16.iter_mut().zip(qi) {
-                        *a = round_f16(b);
-                    }
+                    q16.copy_from_slice(qi);
+                    round_f16s(q16);
                     let chunks = kv_chunks(ns[si], view, prompt, threads);
                     attend_f16(q16, kc, vc, kvd, view, scale, out, chunks);
                 },

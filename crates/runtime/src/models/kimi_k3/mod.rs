@@ -1154,7 +1154,7 @@ fn mla_forward(
         );
         dst[r..].copy_from_slice(&kvr[t * row + r..(t + 1) * row]);
         if attention == Attention::F16 {
-            dst.iter_mut().for_each(|x| *x = f16_round(*x));
+            round_f16s(dst);
         }
     }
     // Absorbed queries [K_b[h]ᵀ q_nope ; q_rope] per (position, head), heads side by side.
@@ -1235,9 +1235,8 @@ fn mla_forward(
             || vec![0.0f32; row],
             |q16: &mut Vec<f32>, (i, o)| {
                 let t = i / heads;
-                for (a, &b) in q16.iter_mut().zip(&qa[i * row..(i + 1) * row]) {
-                    *a = f16_round(b);
-                }
+                q16.copy_from_slice(&qa[i * row..(i + 1) * row]);
+                round_f16s(q16);
                 let chunks = kv_chunks(n, p0 + t + 1, prompt, threads);
                 attend_f16(q16, cache, cache, row, p0 + t + 1, scale, o, chunks);
             },
@@ -1277,7 +1276,7 @@ fn mla_forward(
     crate::trace::put("mla_out", out);
 }
 
-use dspark_quant::vector::round_f16 as f16_round;
+use dspark_quant::vector::round_f16s;
 
 impl Target for KimiK3Session {
     fn shape(&self) -> TargetShape {
