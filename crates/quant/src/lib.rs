@@ -169,6 +169,17 @@ pub fn matrix_types() -> [GgmlType; FORMAT_COUNT] {
 pub type AttendChunk =
     fn(&[f32], &[f32], &[f32], usize, std::ops::Range<usize>, f32, &mut [f32]) -> (f32, f32);
 
+/// [`Kernels::attend_chunk_f16_half`]: [`AttendChunk`] over a cache stored as F16.
+pub type AttendChunkHalf = fn(
+    &[f32],
+    &[half::f16],
+    &[half::f16],
+    usize,
+    std::ops::Range<usize>,
+    f32,
+    &mut [f32],
+) -> (f32, f32);
+
 /// The implementation of each op chosen for one CPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
@@ -213,6 +224,13 @@ pub struct Kernels {
     /// Weighted values at a stride, one fused step each in order, the bits of
     /// [`vector::fused_axpys_ref`].
     pub fused_axpys: fn(&mut [f32], &[f32], &[f32], usize),
+    /// [`Kernels::attend_chunk_f16`] over keys and values stored as F16 (the same bits as
+    /// over the same values stored as f32).
+    pub attend_chunk_f16_half: AttendChunkHalf,
+    /// [`Kernels::fused_dots`] over keys stored as F16 (the same bits).
+    pub fused_dots_half: fn(&[f32], &[half::f16], usize, &mut [f32]),
+    /// [`Kernels::fused_axpys`] over values stored as F16 (the same bits).
+    pub fused_axpys_half: fn(&mut [f32], &[f32], &[half::f16], usize),
 }
 
 impl Kernels {
@@ -235,6 +253,9 @@ impl Kernels {
             fused_dots: vector::fused_dots_ref,
             fused_axpys: vector::fused_axpys_ref,
             attend_chunk_f16: vector::attend_chunk_f16_ref,
+            attend_chunk_f16_half: vector::attend_chunk_f16_ref,
+            fused_dots_half: vector::fused_dots_ref,
+            fused_axpys_half: vector::fused_axpys_ref,
         };
         #[cfg(target_arch = "x86_64")]
         if cpu.has_avx2() {
@@ -298,6 +319,22 @@ impl Kernels {
                         q, keys, values, stride, positions, scale, out,
                     )
                 }
+            };
+            k.attend_chunk_f16_half = |q, keys, values, stride, positions, scale, out| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe {
+                    vector::x86_64::attend_chunk_f16_avx2(
+                        q, keys, values, stride, positions, scale, out,
+                    )
+                }
+            };
+            k.fused_dots_half = |q, keys, stride, out| {
+                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                unsafe { vector::x86_64::fused_dots_fma(q, keys, stride, out) }
+            };
+            k.fused_axpys_half = |y, w, values, stride| {
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
+                unsafe { vector::x86_64::fused_axpys_fma(y, w, values, stride) }
             };
             if cpu.isa() == Isa::Avx512Vnni {
                 k.swiglu = |g, u| {

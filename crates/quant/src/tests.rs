@@ -1049,6 +1049,34 @@ fn attend_chunk_kernels_match_their_reference() {
                     (got, out)
                 };
                 let (got_ref, want) = run(crate::vector::attend_chunk_f16_ref, 7.0);
+                // The same values stored as F16 (an F16 cache).
+                let (keys16, values16): (Vec<half::f16>, Vec<half::f16>) = (
+                    keys.iter().map(|&v| half::f16::from_f32(v)).collect(),
+                    values.iter().map(|&v| half::f16::from_f32(v)).collect(),
+                );
+                let run16 = |f: crate::AttendChunkHalf| {
+                    let mut out = vec![3.0f32; r];
+                    let got = f(
+                        &q,
+                        &keys16,
+                        &values16,
+                        stride,
+                        start..count,
+                        0.125,
+                        &mut out,
+                    );
+                    (got, out)
+                };
+                for k in fast_kernels() {
+                    let (got, out) = run16(k.attend_chunk_f16_half);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        (got.0.to_bits(), got.1.to_bits(), bits(&out)),
+                        (got_ref.0.to_bits(), got_ref.1.to_bits(), bits(&want)),
+                        "{} F16-stored d {d} r {r} count {count} start {start}",
+                        k.isa
+                    );
+                }
                 for k in fast_kernels() {
                     let (got, out) = run(k.attend_chunk_f16, -1.0);
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -1240,6 +1268,32 @@ fn fused_attention_kernels_match_their_references() {
                 y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 want_y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "{} axpys dk {dk} keys {keys}",
+                k.isa
+            );
+        }
+        // Stored as F16 (an F16 cache): the bits of the same values stored as f32.
+        let kv16: Vec<half::f16> = kv.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let kv32: Vec<f32> = kv16.iter().map(|v| v.to_f32()).collect();
+        let mut want16 = vec![0.0f32; keys];
+        crate::vector::fused_dots_ref(&q, &kv32, stride, &mut want16);
+        let mut want16_y = start.clone();
+        crate::vector::fused_axpys_ref(&mut want16_y, &w, &kv32, stride);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for k in fast_kernels() {
+            let mut got = vec![0.0f32; keys];
+            (k.fused_dots_half)(&q, &kv16, stride, &mut got);
+            assert_eq!(
+                bits(&got),
+                bits(&want16),
+                "{} F16 dots dk {dk} keys {keys}",
+                k.isa
+            );
+            let mut y = start.clone();
+            (k.fused_axpys_half)(&mut y, &w, &kv16, stride);
+            assert_eq!(
+                bits(&y),
+                bits(&want16_y),
+                "{} F16 axpys dk {dk} keys {keys}",
                 k.isa
             );
         }

@@ -5,6 +5,29 @@
 //! `Σ |a·b|` by the tests. Each is a pure function of its inputs, so one query's result
 //! does not depend on what else is computed beside it.
 
+/// What a KV cache row holds: f32 values, or F16 values stored as F16 (half the bytes:
+/// what llama.cpp's F16 cache keeps). The attention kernels read either; a value reads as
+/// the same f32 either way (F16 converts to f32 exactly), so their bits do not depend on
+/// the storage.
+pub trait CacheValue: Copy + Send + Sync + 'static {
+    /// The value as f32.
+    fn value(self) -> f32;
+}
+
+impl CacheValue for f32 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self
+    }
+}
+
+impl CacheValue for half::f16 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self.to_f32()
+    }
+}
+
 /// `Σ a_i · b_i`, in order.
 ///
 /// # Panics
@@ -56,14 +79,14 @@ pub fn axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) 
 ///
 /// # Panics
 /// If the last key does not fit in `keys`.
-pub fn fused_dots_ref(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+pub fn fused_dots_ref<T: CacheValue>(q: &[f32], keys: &[T], stride: usize, out: &mut [f32]) {
     check_strided(q.len(), keys.len(), stride, out.len());
     for (p, o) in out.iter_mut().enumerate() {
         let key = &keys[p * stride..p * stride + q.len()];
         *o = q
             .iter()
             .zip(key)
-            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a));
+            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y.value(), a));
     }
 }
 
@@ -72,12 +95,12 @@ pub fn fused_dots_ref(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
 ///
 /// # Panics
 /// If the last value does not fit in `values`.
-pub fn fused_axpys_ref(y: &mut [f32], weights: &[f32], values: &[f32], stride: usize) {
+pub fn fused_axpys_ref<T: CacheValue>(y: &mut [f32], weights: &[f32], values: &[T], stride: usize) {
     check_strided(y.len(), values.len(), stride, weights.len());
     let n = y.len();
     for (p, &w) in weights.iter().enumerate() {
         for (o, &v) in y.iter_mut().zip(&values[p * stride..p * stride + n]) {
-            *o = w.mul_add(v, *o);
+            *o = w.mul_add(v.value(), *o);
         }
     }
 }
@@ -110,10 +133,10 @@ pub fn scale_round_f16_ref(y: &mut [f32], s: f32) {
 ///
 /// # Panics
 /// If the lengths differ.
-pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32) {
+pub fn mad_round_f16_ref<T: CacheValue>(y: &mut [f32], x: &[T], s: f32) {
     assert_eq!(y.len(), x.len(), "mad lengths");
     for (o, &v) in y.iter_mut().zip(x) {
-        *o = round_f16(v.mul_add(s, *o));
+        *o = round_f16(v.value().mul_add(s, *o));
     }
 }
 
@@ -130,10 +153,10 @@ pub fn mad_round_f16_ref(y: &mut [f32], x: &[f32], s: f32) {
 ///
 /// # Panics
 /// If a position's key or value lies outside its slice.
-pub fn attend_chunk_f16_ref(
+pub fn attend_chunk_f16_ref<T: CacheValue>(
     q16: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[T],
+    values: &[T],
     stride: usize,
     positions: std::ops::Range<usize>,
     scale: f32,
@@ -170,7 +193,7 @@ pub const F16_DOT_STEP: usize = 64;
 /// values `16j..16j + 16` of each step), the accumulators added pairwise (`0 + 2`, `1 + 3`,
 /// then the two), the 16 lanes reduced by [`crate::lanes::hsum16`]. Returns that sum and
 /// how many values it covers.
-fn ggml_step_sum(a: &[f32], b: &[f32]) -> (f32, usize) {
+fn ggml_step_sum<T: CacheValue>(a: &[f32], b: &[T]) -> (f32, usize) {
     assert_eq!(a.len(), b.len(), "dot lengths");
     let whole = a.len() / F16_DOT_STEP * F16_DOT_STEP;
     let mut acc = [[0.0f32; 16]; 4];
@@ -180,7 +203,7 @@ fn ggml_step_sum(a: &[f32], b: &[f32]) -> (f32, usize) {
     {
         for (j, reg) in acc.iter_mut().enumerate() {
             for (l, lane) in reg.iter_mut().enumerate() {
-                *lane = sa[16 * j + l].mul_add(sb[16 * j + l], *lane);
+                *lane = sa[16 * j + l].mul_add(sb[16 * j + l].value(), *lane);
             }
         }
     }
@@ -198,11 +221,11 @@ fn ggml_step_sum(a: &[f32], b: &[f32]) -> (f32, usize) {
 ///
 /// # Panics
 /// If the lengths differ.
-pub fn dot_f16_ref(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot_f16_ref<T: CacheValue>(a: &[f32], b: &[T]) -> f32 {
     let (steps, whole) = ggml_step_sum(a, b);
     let mut sum = f64::from(steps);
     for (x, y) in a[whole..].iter().zip(&b[whole..]) {
-        sum += f64::from(x * y);
+        sum += f64::from(x * y.value());
     }
     sum as f32
 }

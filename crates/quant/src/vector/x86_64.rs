@@ -307,13 +307,40 @@ pub(crate) unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
     super::swiglu_ref(&mut gate[grouped..], &up[grouped..]);
 }
 
+/// A cache value type the AVX2 kernels load eight at a time, as f32 lanes.
+pub(crate) trait Lanes8: super::CacheValue {
+    /// The eight values at `p`, as f32.
+    ///
+    /// # Safety
+    /// Eight values are readable at `p`; the CPU supports AVX2 and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Lanes8 for f32 {
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees eight readable values.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+}
+
+impl Lanes8 for half::f16 {
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const half::f16) -> __m256 {
+        // SAFETY: the caller guarantees eight readable values (16 bytes).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
+
 /// [`super::ggml_step_sum`] on AVX2: each 16-lane accumulator of the reference held as two
 /// 8-lane halves, the same fused steps, the same reduction; the same bits.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn ggml_step_sum_avx2(a: &[f32], b: &[f32]) -> (f32, usize) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn ggml_step_sum_avx2<T: Lanes8>(a: &[f32], b: &[T]) -> (f32, usize) {
     assert_eq!(a.len(), b.len(), "dot lengths");
     let whole = a.len() / super::F16_DOT_STEP * super::F16_DOT_STEP;
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
@@ -325,7 +352,7 @@ unsafe fn ggml_step_sum_avx2(a: &[f32], b: &[f32]) -> (f32, usize) {
             unsafe {
                 *reg = _mm256_fmadd_ps(
                     _mm256_loadu_ps(pa.add(i + 8 * h)),
-                    _mm256_loadu_ps(pb.add(i + 8 * h)),
+                    T::load8(pb.add(i + 8 * h)),
                     *reg,
                 );
             }
@@ -341,15 +368,15 @@ unsafe fn ggml_step_sum_avx2(a: &[f32], b: &[f32]) -> (f32, usize) {
 /// [`super::dot_f16_ref`] on AVX2 (the same bits).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot_f16_avx2<T: Lanes8>(a: &[f32], b: &[T]) -> f32 {
     // SAFETY: the features are this function's.
     let (steps, whole) = unsafe { ggml_step_sum_avx2(a, b) };
     let mut sum = f64::from(steps);
     for (x, y) in a[whole..].iter().zip(&b[whole..]) {
-        sum += f64::from(x * y);
+        sum += f64::from(x * y.value());
     }
     sum as f32
 }
@@ -357,8 +384,8 @@ pub(crate) unsafe fn dot_f16_avx2(a: &[f32], b: &[f32]) -> f32 {
 /// [`super::dot_f32_ggml_ref`] on AVX2 (the same bits).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_f32_ggml_avx2(a: &[f32], b: &[f32]) -> f32 {
     // SAFETY: the features are this function's.
     let (mut sum, whole) = unsafe { ggml_step_sum_avx2(a, b) };
@@ -374,17 +401,22 @@ pub(crate) unsafe fn dot_f32_ggml_avx2(a: &[f32], b: &[f32]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn fused_dots_fma(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+pub(crate) unsafe fn fused_dots_fma<T: super::CacheValue>(
+    q: &[f32],
+    keys: &[T],
+    stride: usize,
+    out: &mut [f32],
+) {
     super::check_strided(q.len(), keys.len(), stride, out.len());
     let n = q.len();
     let mut p = 0;
     while p + 8 <= out.len() {
-        let k: [&[f32]; 8] = std::array::from_fn(|i| &keys[(p + i) * stride..(p + i) * stride + n]);
+        let k: [&[T]; 8] = std::array::from_fn(|i| &keys[(p + i) * stride..(p + i) * stride + n]);
         let mut a = [0.0f32; 8];
         for d in 0..n {
             let x = q[d];
             for i in 0..8 {
-                a[i] = x.mul_add(k[i][d], a[i]);
+                a[i] = x.mul_add(k[i][d].value(), a[i]);
             }
         }
         out[p..p + 8].copy_from_slice(&a);
@@ -395,7 +427,7 @@ pub(crate) unsafe fn fused_dots_fma(q: &[f32], keys: &[f32], stride: usize, out:
         *o = q
             .iter()
             .zip(key)
-            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y, a));
+            .fold(0.0f32, |a, (&x, &y)| x.mul_add(y.value(), a));
     }
 }
 
@@ -403,12 +435,12 @@ pub(crate) unsafe fn fused_dots_fma(q: &[f32], keys: &[f32], stride: usize, out:
 /// register, each lane the reference's steps in order.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn fused_axpys_fma(
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn fused_axpys_fma<T: Lanes8>(
     y: &mut [f32],
     weights: &[f32],
-    values: &[f32],
+    values: &[T],
     stride: usize,
 ) {
     super::check_strided(y.len(), values.len(), stride, weights.len());
@@ -419,7 +451,7 @@ pub(crate) unsafe fn fused_axpys_fma(
         let mut acc = unsafe { _mm256_loadu_ps(y.as_ptr().add(j)) };
         for (p, &w) in weights.iter().enumerate() {
             // SAFETY: value p's n floats lie inside `values` (checked above), j + 8 <= n.
-            let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(p * stride + j)) };
+            let v = unsafe { T::load8(values.as_ptr().add(p * stride + j)) };
             acc = _mm256_fmadd_ps(_mm256_set1_ps(w), v, acc);
         }
         // SAFETY: as the load.
@@ -427,7 +459,7 @@ pub(crate) unsafe fn fused_axpys_fma(
     }
     for j in whole..n {
         for (p, &w) in weights.iter().enumerate() {
-            y[j] = w.mul_add(values[p * stride + j], y[j]);
+            y[j] = w.mul_add(values[p * stride + j].value(), y[j]);
         }
     }
 }
@@ -458,10 +490,10 @@ const ATTEND_BLOCK: usize = 64;
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn attend_chunk_f16_avx2(
+pub(crate) unsafe fn attend_chunk_f16_avx2<T: Lanes8>(
     q16: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[T],
+    values: &[T],
     stride: usize,
     positions: std::ops::Range<usize>,
     scale: f32,
@@ -507,7 +539,7 @@ pub(crate) unsafe fn attend_chunk_f16_avx2(
             let at = p0 * stride + j;
             // SAFETY: the features are this function's.
             unsafe {
-                window_f16::<{ ATTEND_BLOCK / 8 }>(
+                window_f16::<T, { ATTEND_BLOCK / 8 }>(
                     &mut out[j..j + ATTEND_BLOCK],
                     values,
                     at,
@@ -520,11 +552,11 @@ pub(crate) unsafe fn attend_chunk_f16_avx2(
         while j + 8 <= r {
             // SAFETY: the features are this function's.
             unsafe {
-                window_f16::<1>(&mut out[j..j + 8], values, p0 * stride + j, stride, weights)
+                window_f16::<T, 1>(&mut out[j..j + 8], values, p0 * stride + j, stride, weights)
             };
             j += 8;
         }
-        let row = |i: usize, jj: usize| values[(p0 + i) * stride + jj];
+        let row = |i: usize, jj: usize| values[(p0 + i) * stride + jj].value();
         for (jj, o) in out.iter_mut().enumerate().skip(j) {
             for i in 0..w {
                 if grew[i] {
@@ -548,9 +580,9 @@ pub(crate) unsafe fn attend_chunk_f16_avx2(
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn window_f16<const REGS: usize>(
+unsafe fn window_f16<T: Lanes8, const REGS: usize>(
     acc: &mut [f32],
-    values: &[f32],
+    values: &[T],
     first: usize,
     stride: usize,
     (ms, vs, grew): (&[f32], &[f32], &[bool]),
@@ -572,7 +604,7 @@ unsafe fn window_f16<const REGS: usize>(
         let sv = _mm256_set1_ps(vw);
         for (k, x) in a.iter_mut().enumerate() {
             // SAFETY: `v` holds REGS registers.
-            let vk = unsafe { _mm256_loadu_ps(v.as_ptr().add(8 * k)) };
+            let vk = unsafe { T::load8(v.as_ptr().add(8 * k)) };
             *x = round(_mm256_fmadd_ps(vk, sv, *x));
         }
     }

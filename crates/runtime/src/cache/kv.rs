@@ -1,6 +1,10 @@
 //! A key/value cache: per layer, keys and values of `capacity` positions
 //! (`[position][kv head][head_dim]`), sized from the request, never from the model's
-//! context length.
+//! context length. Values are stored as f32, or as F16 ([`KvCache::new_f16`]) where the
+//! attention that reads them rounds them to F16 anyway (llama.cpp's F16 cache,
+//! [`crate::nn::attention::Attention::F16`]): half the bytes for a decode step to read.
+
+use half::f16;
 
 use crate::error::{Result, RuntimeError};
 use crate::memory::{product, zeroed};
@@ -10,24 +14,37 @@ use crate::memory::{product, zeroed};
 pub struct KvCache {
     kv_dim: usize,
     capacity: usize,
-    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    layers: Layers,
+}
+
+/// Every layer's keys and values, in one storage.
+#[derive(Clone, Debug)]
+enum Layers {
+    F32(Vec<(Vec<f32>, Vec<f32>)>),
+    F16(Vec<(Vec<f16>, Vec<f16>)>),
+}
+
+/// One layer's keys and values, all positions, as stored.
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    /// Stored as f32.
+    F32(&'a [f32], &'a [f32]),
+    /// Stored as F16.
+    F16(&'a [f16], &'a [f16]),
 }
 
 impl KvCache {
-    /// Bytes a cache of `layers × capacity` positions of `kv_dim` keys and values needs.
-    pub fn bytes_for(layers: usize, kv_dim: usize, capacity: usize) -> Option<u64> {
-        product(&[2, 4, layers as u64, kv_dim as u64, capacity as u64])
+    /// Bytes a cache of `layers × capacity` positions of `kv_dim` keys and values needs,
+    /// stored as f32 (`f16`: as F16).
+    pub fn bytes_for(layers: usize, kv_dim: usize, capacity: usize, f16: bool) -> Option<u64> {
+        let value = if f16 { 2 } else { 4 };
+        product(&[2, value, layers as u64, kv_dim as u64, capacity as u64])
     }
 
-    /// An empty cache for `capacity` positions; `what` names it in a memory error.
+    /// An empty cache of f32 values for `capacity` positions; `what` names it in a memory
+    /// error.
     pub fn new(layers: usize, kv_dim: usize, capacity: usize, what: &str) -> Result<KvCache> {
-        let bytes =
-            KvCache::bytes_for(layers, kv_dim, capacity).ok_or_else(|| RuntimeError::Memory {
-                what: what.to_string(),
-                bytes: u64::MAX,
-                available: crate::memory::available_memory(),
-            })?;
-        crate::memory::check_fits(bytes, what)?;
+        KvCache::checked(layers, kv_dim, capacity, false, what)?;
         let n = kv_dim * capacity;
         let mut all = Vec::with_capacity(layers);
         for _ in 0..layers {
@@ -36,8 +53,54 @@ impl KvCache {
         Ok(KvCache {
             kv_dim,
             capacity,
-            layers: all,
+            layers: Layers::F32(all),
         })
+    }
+
+    /// An empty cache storing F16 values: what it is given must be F16 values already
+    /// (the F16 attention rounds keys and values before writing them), so storing them
+    /// loses nothing.
+    pub fn new_f16(layers: usize, kv_dim: usize, capacity: usize, what: &str) -> Result<KvCache> {
+        let bytes = KvCache::checked(layers, kv_dim, capacity, true, what)?;
+        let n = kv_dim * capacity;
+        let zeros = || -> Result<Vec<f16>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| RuntimeError::Memory {
+                what: what.to_string(),
+                bytes,
+                available: crate::memory::available_memory(),
+            })?;
+            v.resize(n, f16::ZERO);
+            Ok(v)
+        };
+        let mut all = Vec::with_capacity(layers);
+        for _ in 0..layers {
+            all.push((zeros()?, zeros()?));
+        }
+        Ok(KvCache {
+            kv_dim,
+            capacity,
+            layers: Layers::F16(all),
+        })
+    }
+
+    /// The cache's bytes, refused when they overflow or exceed the memory available.
+    fn checked(
+        layers: usize,
+        kv_dim: usize,
+        capacity: usize,
+        f16: bool,
+        what: &str,
+    ) -> Result<u64> {
+        let bytes = KvCache::bytes_for(layers, kv_dim, capacity, f16).ok_or_else(|| {
+            RuntimeError::Memory {
+                what: what.to_string(),
+                bytes: u64::MAX,
+                available: crate::memory::available_memory(),
+            }
+        })?;
+        crate::memory::check_fits(bytes, what)?;
+        Ok(bytes)
     }
 
     /// Positions it holds at most.
@@ -45,29 +108,97 @@ impl KvCache {
         self.capacity
     }
 
-    /// Writes positions `first..first + n` of layer `layer` (`k` and `v` hold n rows).
+    /// Whether it stores F16 values.
+    pub fn is_f16(&self) -> bool {
+        matches!(self.layers, Layers::F16(_))
+    }
+
+    /// Writes positions `first..first + n` of layer `layer` (`k` and `v` hold n rows; F16
+    /// values for an F16 cache, which stores each exactly).
     ///
     /// # Panics
     /// If the positions exceed the capacity (callers check the request first).
     pub fn write(&mut self, layer: usize, first: usize, k: &[f32], v: &[f32]) {
         let at = first * self.kv_dim;
-        let (kc, vc) = &mut self.layers[layer];
-        kc[at..at + k.len()].copy_from_slice(k);
-        vc[at..at + v.len()].copy_from_slice(v);
+        match &mut self.layers {
+            Layers::F32(l) => {
+                let (kc, vc) = &mut l[layer];
+                kc[at..at + k.len()].copy_from_slice(k);
+                vc[at..at + v.len()].copy_from_slice(v);
+            }
+            Layers::F16(l) => {
+                use half::slice::HalfFloatSliceExt;
+                let (kc, vc) = &mut l[layer];
+                kc[at..at + k.len()].convert_from_f32_slice(k);
+                vc[at..at + v.len()].convert_from_f32_slice(v);
+            }
+        }
     }
 
-    /// Keys of layer `layer`, all positions.
+    /// Keys and values of layer `layer`, all positions, as stored.
+    pub fn rows(&self, layer: usize) -> KvRows<'_> {
+        match &self.layers {
+            Layers::F32(l) => KvRows::F32(&l[layer].0, &l[layer].1),
+            Layers::F16(l) => KvRows::F16(&l[layer].0, &l[layer].1),
+        }
+    }
+
+    /// Keys of layer `layer`, all positions (an f32 cache).
+    ///
+    /// # Panics
+    /// If the cache stores F16 values.
     pub fn keys(&self, layer: usize) -> &[f32] {
-        &self.layers[layer].0
+        match self.rows(layer) {
+            KvRows::F32(k, _) => k,
+            KvRows::F16(..) => panic!("keys() of an F16 cache"),
+        }
     }
 
-    /// Values of layer `layer`, all positions.
+    /// Values of layer `layer`, all positions (an f32 cache).
+    ///
+    /// # Panics
+    /// If the cache stores F16 values.
     pub fn values(&self, layer: usize) -> &[f32] {
-        &self.layers[layer].1
+        match self.rows(layer) {
+            KvRows::F32(_, v) => v,
+            KvRows::F16(..) => panic!("values() of an F16 cache"),
+        }
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
-        KvCache::bytes_for(self.layers.len(), self.kv_dim, self.capacity).unwrap_or(u64::MAX)
+        let layers = match &self.layers {
+            Layers::F32(l) => l.len(),
+            Layers::F16(l) => l.len(),
+        };
+        KvCache::bytes_for(layers, self.kv_dim, self.capacity, self.is_f16()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An F16 cache holds F16 values exactly and half the bytes of an f32 one.
+    #[test]
+    fn an_f16_cache_stores_f16_values_exactly_in_half_the_bytes() {
+        let (layers, d, cap) = (2, 8, 5);
+        let mut a = KvCache::new(layers, d, cap, "test").unwrap();
+        let mut b = KvCache::new_f16(layers, d, cap, "test").unwrap();
+        assert_eq!(2 * b.bytes(), a.bytes());
+        let k: Vec<f32> = (0..2 * d)
+            .map(|i| dspark_quant::vector::round_f16((i as f32 - 7.3) * 1.37e-3))
+            .collect();
+        let v: Vec<f32> = k.iter().map(|x| -x * 512.0).collect();
+        for c in [&mut a, &mut b] {
+            c.write(1, 2, &k, &v);
+        }
+        let (KvRows::F32(ka, va), KvRows::F16(kb, vb)) = (a.rows(1), b.rows(1)) else {
+            panic!("the storages asked for");
+        };
+        let f32s = |x: &[f16]| x.iter().map(|h| h.to_f32()).collect::<Vec<_>>();
+        assert_eq!(f32s(kb), ka);
+        assert_eq!(f32s(vb), va);
+        assert_eq!(&ka[2 * d..4 * d], &k[..]);
     }
 }

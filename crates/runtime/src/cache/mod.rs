@@ -3,4 +3,4 @@
 
 mod kv;
 
-pub use kv::KvCache;
+pub use kv::{KvCache, KvRows};

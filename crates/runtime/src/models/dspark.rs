@@ -206,7 +206,7 @@ impl Drafter {
     /// Bytes of a session's context cache for `capacity` positions.
     pub fn session_bytes(&self, capacity: usize) -> Option<u64> {
         let h = &self.hparams;
-        KvCache::bytes_for(h.layers, h.kv_heads * h.head_dim, capacity)
+        KvCache::bytes_for(h.layers, h.kv_heads * h.head_dim, capacity, false)
     }
 
     /// Bytes one draft holds at its peak besides the weights and the context cache, for a

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use dspark_contract::{SpecialTokens, TargetShape};
 use dspark_quant::gemm::{gemm, scratch_bytes};
 use dspark_quant::vector::round_f16s;
+use half::f16;
 use rayon::prelude::*;
 
-use crate::cache::KvCache;
+use crate::cache::{KvCache, KvRows};
 use crate::error::{Result, RuntimeError};
 use crate::memory::try_zeroed;
 use crate::nn::attention::{
@@ -73,9 +74,10 @@ impl Decoder {
         self.dims.kv_heads * self.dims.head_dim
     }
 
-    /// Bytes of a session's KV cache for `capacity` positions.
+    /// Bytes of a session's KV cache for `capacity` positions (f32 values; a session of F16
+    /// attention stores F16 ones, half as many bytes).
     pub fn session_bytes(&self, capacity: usize) -> Option<u64> {
-        KvCache::bytes_for(self.layers.len(), self.kv_dim(), capacity)
+        KvCache::bytes_for(self.layers.len(), self.kv_dim(), capacity, false)
     }
 
     /// Bytes one forward of `rows` positions holds at its peak besides the weights and
@@ -153,12 +155,14 @@ impl<M: HasDecoder> DecoderSession<M> {
                 d.context
             )));
         }
-        let kv = KvCache::new(
-            d.layers.len(),
-            d.kv_dim(),
-            capacity,
-            &format!("the target's KV cache for {capacity} positions"),
-        )?;
+        // The F16 attention rounds keys and values to F16 before caching them (as
+        // llama.cpp's F16 cache holds them), so it stores them as F16: half the bytes.
+        let what = format!("the target's KV cache for {capacity} positions");
+        let (layers, kv_dim) = (d.layers.len(), d.kv_dim());
+        let kv = match attention {
+            Attention::F16 => KvCache::new_f16(layers, kv_dim, capacity, &what)?,
+            Attention::F32 => KvCache::new(layers, kv_dim, capacity, &what)?,
+        };
         Ok(DecoderSession {
             model: Arc::clone(model),
             kv,
@@ -407,13 +411,17 @@ fn forward_many<M: HasDecoder>(
         //    Each task is one row's query head (F16) or one row's group of query heads
         //    sharing a KV head (f32); tasks run in parallel, each one's arithmetic the same
         //    whatever runs beside it.
-        let kvs: Vec<(&[f32], &[f32])> = sessions
-            .iter()
-            .map(|s| (s.kv.keys(li), s.kv.values(li)))
-            .collect();
         let q = &q;
         let scale = d.kq_scale;
         if f16 {
+            // The sessions' caches store F16 values as F16 (`DecoderSession::new`).
+            let kvs: Vec<(&[f16], &[f16])> = sessions
+                .iter()
+                .map(|s| match s.kv.rows(li) {
+                    KvRows::F16(k, v) => (k, v),
+                    KvRows::F32(..) => unreachable!("an F16 session's cache stores F16"),
+                })
+                .collect();
             // A prompt's rows (a session's forward of FA_TILE rows or more) by llama.cpp's
             // tiled flash attention; decode and verify rows (and short prompts) by the
             // one-chunk kernel, split among llama.cpp's threads as it splits a decode
@@ -443,6 +451,10 @@ fn forward_many<M: HasDecoder>(
                 },
             );
         } else {
+            let kvs: Vec<(&[f32], &[f32])> = sessions
+                .iter()
+                .map(|s| (s.kv.keys(li), s.kv.values(li)))
+                .collect();
             let longest = p0s.iter().zip(&ns).map(|(p, k)| p + k).max().unwrap_or(0);
             attn.par_chunks_mut(group * hd).enumerate().for_each_init(
                 || Vec::with_capacity(group * longest),
