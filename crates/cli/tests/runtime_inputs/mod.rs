@@ -898,9 +898,10 @@ fn a_huge_context_length_costs_nothing_until_used() {
         Some(2),
         "a request beyond the machine is a usage error: {err}"
     );
-    // 4 layers × (keys + values) × 32 values × 4 bytes per position, 4·10^9 + 1 positions.
+    // 4 layers × (keys + values) × 32 values × 2 bytes (the default F16 attention stores
+    // F16) per position, 4·10^9 + 1 positions.
     assert!(
-        err.contains("KV cache for 4000000001 positions needs 4096000001024 bytes of memory"),
+        err.contains("KV cache for 4000000001 positions needs 2048000000512 bytes of memory"),
         "{err}"
     );
 }
