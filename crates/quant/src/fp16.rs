@@ -73,7 +73,7 @@ impl BlockFormat for Fp16 {
                     unsafe { crate::plain::x86_64::decode_f16(row, y) }
                 };
                 crate::plain::vec_rows_with(w, first, x, out, decode, |a, b| {
-                    // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
+                    // SAFETY: this row is built only from a `Detected` with AVX2, FMA and F16C.
                     unsafe { crate::vector::x86_64::dot_f16_avx2(a, b) }
                 })
             });

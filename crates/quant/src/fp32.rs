@@ -67,7 +67,7 @@ impl BlockFormat for Fp32 {
             k.vec_rows = Some(|w, first, x, out| {
                 let decode = |row: &[u8], y: &mut [f32]| decode(SourceDtype::F32, row, y);
                 crate::plain::vec_rows_with(w, first, x, out, decode, |a, b| {
-                    // SAFETY: this row is built only from a `Detected` with AVX2 and FMA.
+                    // SAFETY: this row is built only from a `Detected` with AVX2, FMA and F16C.
                     unsafe { crate::vector::x86_64::dot_f32_ggml_avx2(a, b) }
                 })
             });

@@ -165,20 +165,16 @@ pub fn matrix_types() -> [GgmlType; FORMAT_COUNT] {
     FORMATS.map(|(ty, _)| ty)
 }
 
-/// [`Kernels::attend_chunk_f16`]: `(q16, keys, values, stride, positions, scale, out) -> (M, S)`.
-pub type AttendChunk =
-    fn(&[f32], &[f32], &[f32], usize, std::ops::Range<usize>, f32, &mut [f32]) -> (f32, f32);
+/// [`Kernels::attend_chunk_f16`] over cache rows of `T`: `(q16, keys, values, stride,
+/// positions, scale, out) -> (M, S)`.
+pub type AttendChunkOf<T> =
+    fn(&[f32], &[T], &[T], usize, std::ops::Range<usize>, f32, &mut [f32]) -> (f32, f32);
 
-/// [`Kernels::attend_chunk_f16_half`]: [`AttendChunk`] over a cache stored as F16.
-pub type AttendChunkHalf = fn(
-    &[f32],
-    &[half::f16],
-    &[half::f16],
-    usize,
-    std::ops::Range<usize>,
-    f32,
-    &mut [f32],
-) -> (f32, f32);
+/// [`Kernels::attend_chunk_f16`]: over rows stored as f32.
+pub type AttendChunk = AttendChunkOf<f32>;
+
+/// [`Kernels::attend_chunk_f16_half`]: over rows stored as F16.
+pub type AttendChunkHalf = AttendChunkOf<half::f16>;
 
 /// The implementation of each op chosen for one CPU.
 #[derive(Clone, Copy, Debug)]
@@ -273,7 +269,7 @@ impl Kernels {
                 unsafe { vector::x86_64::dot_avx2(a, b) }
             };
             k.dot_f32_ggml = |a, b| {
-                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe { vector::x86_64::dot_f32_ggml_avx2(a, b) }
             };
             k.axpy_f32 = |y, s, x| {
@@ -301,7 +297,7 @@ impl Kernels {
                 unsafe { vector::x86_64::swiglu_avx2(g, u) }
             };
             k.dot_f16 = |a, b| {
-                // SAFETY: built only from a `Detected` with AVX2 and FMA.
+                // SAFETY: built only from a `Detected` with AVX2, FMA and F16C.
                 unsafe { vector::x86_64::dot_f16_avx2(a, b) }
             };
             k.fused_dots = |q, keys, stride, out| {

@@ -12,6 +12,12 @@
 pub trait CacheValue: Copy + Send + Sync + 'static {
     /// The value as f32.
     fn value(self) -> f32;
+    /// `k`'s [`crate::Kernels::attend_chunk_f16`] over rows of this type.
+    fn attend_chunk_f16(k: &crate::Kernels) -> crate::AttendChunkOf<Self>;
+    /// `k`'s [`crate::Kernels::fused_dots`] over keys of this type.
+    fn fused_dots(k: &crate::Kernels) -> fn(&[f32], &[Self], usize, &mut [f32]);
+    /// `k`'s [`crate::Kernels::fused_axpys`] over values of this type.
+    fn fused_axpys(k: &crate::Kernels) -> fn(&mut [f32], &[f32], &[Self], usize);
 }
 
 impl CacheValue for f32 {
@@ -19,12 +25,30 @@ impl CacheValue for f32 {
     fn value(self) -> f32 {
         self
     }
+    fn attend_chunk_f16(k: &crate::Kernels) -> crate::AttendChunk {
+        k.attend_chunk_f16
+    }
+    fn fused_dots(k: &crate::Kernels) -> fn(&[f32], &[f32], usize, &mut [f32]) {
+        k.fused_dots
+    }
+    fn fused_axpys(k: &crate::Kernels) -> fn(&mut [f32], &[f32], &[f32], usize) {
+        k.fused_axpys
+    }
 }
 
 impl CacheValue for half::f16 {
     #[inline(always)]
     fn value(self) -> f32 {
         self.to_f32()
+    }
+    fn attend_chunk_f16(k: &crate::Kernels) -> crate::AttendChunkHalf {
+        k.attend_chunk_f16_half
+    }
+    fn fused_dots(k: &crate::Kernels) -> fn(&[f32], &[half::f16], usize, &mut [f32]) {
+        k.fused_dots_half
+    }
+    fn fused_axpys(k: &crate::Kernels) -> fn(&mut [f32], &[f32], &[half::f16], usize) {
+        k.fused_axpys_half
     }
 }
 
@@ -113,8 +137,9 @@ pub fn round_f16(x: f32) -> f32 {
 
 /// Every value of `x` [`round_f16`]ed, by this CPU's [`crate::Kernels::scale_round_f16`]
 /// with a scale of 1 (`v · 1 = v` for every value, a NaN quieted as the rounding quiets
-/// it: the same bits; tested). A decode step rounds its keys, values and queries so: one
-/// call per value through `half` took ~5 ns, ~0.5 ms of a Qwen3-0.6B step.
+/// it: the same bits; tested). A decode step rounds its queries so (and Kimi K3's MLA its
+/// cache rows): one call per value through `half` took ~5 ns, ~0.5 ms of a Qwen3-0.6B
+/// step with its keys and values.
 pub fn round_f16s(x: &mut [f32]) {
     (crate::kernels().scale_round_f16)(x, 1.0)
 }

@@ -57,11 +57,12 @@ pub fn check_fits(bytes: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// `n` zeroed f32 values for `what`, or an error with the byte count when `n × 4`
-/// overflows, exceeds the memory available, or the allocation fails.
-pub fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
+/// `n` zeroed values (f32, or the F16 of an F16 cache) for `what`, or an error with the
+/// byte count when their bytes overflow, exceed the memory available, or the allocation
+/// fails.
+pub fn zeroed<T: Copy + Default>(n: usize, what: &str) -> Result<Vec<T>> {
     let bytes = (n as u64)
-        .checked_mul(4)
+        .checked_mul(std::mem::size_of::<T>() as u64)
         .ok_or_else(|| RuntimeError::Memory {
             what: what.to_string(),
             bytes: u64::MAX,
@@ -74,7 +75,7 @@ pub fn zeroed(n: usize, what: &str) -> Result<Vec<f32>> {
         bytes,
         available: available_memory(),
     })?;
-    v.resize(n, 0.0);
+    v.resize(n, T::default());
     Ok(v)
 }
 

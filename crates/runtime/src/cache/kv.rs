@@ -57,25 +57,15 @@ impl KvCache {
         })
     }
 
-    /// An empty cache storing F16 values: what it is given must be F16 values already
-    /// (the F16 attention rounds keys and values before writing them), so storing them
-    /// loses nothing.
+    /// An empty cache storing F16 values: each value written is rounded to F16 (to
+    /// nearest, ties to even), as the F16 attention rounds keys and values and as
+    /// llama.cpp's F16 cache holds them.
     pub fn new_f16(layers: usize, kv_dim: usize, capacity: usize, what: &str) -> Result<KvCache> {
-        let bytes = KvCache::checked(layers, kv_dim, capacity, true, what)?;
+        KvCache::checked(layers, kv_dim, capacity, true, what)?;
         let n = kv_dim * capacity;
-        let zeros = || -> Result<Vec<f16>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|_| RuntimeError::Memory {
-                what: what.to_string(),
-                bytes,
-                available: crate::memory::available_memory(),
-            })?;
-            v.resize(n, f16::ZERO);
-            Ok(v)
-        };
         let mut all = Vec::with_capacity(layers);
         for _ in 0..layers {
-            all.push((zeros()?, zeros()?));
+            all.push((zeroed(n, what)?, zeroed(n, what)?));
         }
         Ok(KvCache {
             kv_dim,
@@ -113,8 +103,8 @@ impl KvCache {
         matches!(self.layers, Layers::F16(_))
     }
 
-    /// Writes positions `first..first + n` of layer `layer` (`k` and `v` hold n rows; F16
-    /// values for an F16 cache, which stores each exactly).
+    /// Writes positions `first..first + n` of layer `layer` (`k` and `v` hold n rows; an
+    /// F16 cache stores each value rounded to F16).
     ///
     /// # Panics
     /// If the positions exceed the capacity (callers check the request first).

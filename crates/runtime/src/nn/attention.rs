@@ -2,7 +2,8 @@
 //! at a fixed stride (a KV cache, a block's own keys): the step both models share. What differs —
 //! which keys a query sees — stays in each model.
 
-use dspark_quant::{kernels, Kernels};
+use dspark_quant::kernels;
+use dspark_quant::vector::CacheValue;
 
 use crate::nn::ops::softmax;
 
@@ -64,69 +65,6 @@ pub(crate) fn attend_group(
     }
 }
 
-/// How a cache's rows are stored, for the F16 attention: f32 (F16 values held as f32) or
-/// F16 itself; each picks its kernels, which give the same bits for the same values.
-pub(crate) trait F16Rows: dspark_quant::vector::CacheValue {
-    /// [`dspark_quant::Kernels::attend_chunk_f16`] over rows of this type.
-    #[allow(clippy::too_many_arguments)]
-    fn attend_chunk(
-        k: &Kernels,
-        q16: &[f32],
-        keys: &[Self],
-        values: &[Self],
-        stride: usize,
-        positions: std::ops::Range<usize>,
-        scale: f32,
-        out: &mut [f32],
-    ) -> (f32, f32);
-    /// [`dspark_quant::Kernels::fused_dots`] over rows of this type.
-    fn fused_dots(k: &Kernels, q: &[f32], keys: &[Self], stride: usize, out: &mut [f32]);
-    /// [`dspark_quant::Kernels::fused_axpys`] over rows of this type.
-    fn fused_axpys(k: &Kernels, y: &mut [f32], w: &[f32], values: &[Self], stride: usize);
-}
-
-impl F16Rows for f32 {
-    fn attend_chunk(
-        k: &Kernels,
-        q16: &[f32],
-        keys: &[f32],
-        values: &[f32],
-        stride: usize,
-        positions: std::ops::Range<usize>,
-        scale: f32,
-        out: &mut [f32],
-    ) -> (f32, f32) {
-        (k.attend_chunk_f16)(q16, keys, values, stride, positions, scale, out)
-    }
-    fn fused_dots(k: &Kernels, q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
-        (k.fused_dots)(q, keys, stride, out)
-    }
-    fn fused_axpys(k: &Kernels, y: &mut [f32], w: &[f32], values: &[f32], stride: usize) {
-        (k.fused_axpys)(y, w, values, stride)
-    }
-}
-
-impl F16Rows for half::f16 {
-    fn attend_chunk(
-        k: &Kernels,
-        q16: &[f32],
-        keys: &[half::f16],
-        values: &[half::f16],
-        stride: usize,
-        positions: std::ops::Range<usize>,
-        scale: f32,
-        out: &mut [f32],
-    ) -> (f32, f32) {
-        (k.attend_chunk_f16_half)(q16, keys, values, stride, positions, scale, out)
-    }
-    fn fused_dots(k: &Kernels, q: &[f32], keys: &[half::f16], stride: usize, out: &mut [f32]) {
-        (k.fused_dots_half)(q, keys, stride, out)
-    }
-    fn fused_axpys(k: &Kernels, y: &mut [f32], w: &[f32], values: &[half::f16], stride: usize) {
-        (k.fused_axpys_half)(y, w, values, stride)
-    }
-}
-
 /// The cells llama.cpp's KV cache shows a forward (`n_kv`) are the cells in use rounded up
 /// to a multiple of this.
 pub(crate) const KV_PAD: usize = 256;
@@ -167,7 +105,7 @@ pub(crate) fn kv_chunks(n: usize, view: usize, prompt: bool, threads: usize) -> 
 /// `acc = fma(acc, s_old, acc_run · s_new)`, `S` likewise; runs with `S = 0` skipped),
 /// `out = acc · (1 / S)`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn attend_f16<T: F16Rows>(
+pub(crate) fn attend_f16<T: CacheValue>(
     q16: &[f32],
     keys: &[T],
     values: &[T],
@@ -178,7 +116,7 @@ pub(crate) fn attend_f16<T: F16Rows>(
     chunks: usize,
 ) {
     let sum = if chunks <= 1 {
-        T::attend_chunk(kernels(), q16, keys, values, stride, 0..count, scale, out).1
+        T::attend_chunk_f16(kernels())(q16, keys, values, stride, 0..count, scale, out).1
     } else {
         let n_kv = count.next_multiple_of(KV_PAD);
         let size = n_kv.div_ceil(chunks);
@@ -187,16 +125,8 @@ pub(crate) fn attend_f16<T: F16Rows>(
         out.fill(0.0);
         for c in 0..chunks {
             let (lo, hi) = ((c * size).min(count), ((c + 1) * size).min(count));
-            let (mc, sc) = T::attend_chunk(
-                kernels(),
-                q16,
-                keys,
-                values,
-                stride,
-                lo..hi,
-                scale,
-                &mut run,
-            );
+            let (mc, sc) =
+                T::attend_chunk_f16(kernels())(q16, keys, values, stride, lo..hi, scale, &mut run);
             if sc == 0.0 {
                 continue;
             }
@@ -227,7 +157,7 @@ pub(crate) const FA_TILE: usize = 64;
 /// raising the running one (the accumulator and sum rescaled by libm's `exp(M_old − M)`),
 /// the weights ggml's vectorised `exp(s − M)` summed in sixteens into an f64 added to the f32
 /// sum, each value column a sequential fused sum over the tile; `out = acc · (1 / S)`.
-pub(crate) fn attend_tiled<T: F16Rows>(
+pub(crate) fn attend_tiled<T: CacheValue>(
     q: &[f32],
     keys: &[T],
     values: &[T],
@@ -243,7 +173,7 @@ pub(crate) fn attend_tiled<T: F16Rows>(
     let mut ic = 0;
     while ic < count {
         let tile = (count - ic).min(FA_TILE);
-        T::fused_dots(k, q, &keys[ic * stride..], stride, &mut p[..tile]);
+        T::fused_dots(k)(q, &keys[ic * stride..], stride, &mut p[..tile]);
         for (tk, w) in p.iter_mut().enumerate() {
             *w = if tk < tile {
                 *w * scale
@@ -271,7 +201,7 @@ pub(crate) fn attend_tiled<T: F16Rows>(
                 tile_sum += f64::from(dspark_quant::lanes::hsum16(*lanes));
             }
             sum = (f64::from(sum) + tile_sum) as f32;
-            T::fused_axpys(k, out, &p[..tile], &values[ic * stride..], stride);
+            T::fused_axpys(k)(out, &p[..tile], &values[ic * stride..], stride);
         }
         ic += FA_TILE;
     }

@@ -155,8 +155,8 @@ impl<M: HasDecoder> DecoderSession<M> {
                 d.context
             )));
         }
-        // The F16 attention rounds keys and values to F16 before caching them (as
-        // llama.cpp's F16 cache holds them), so it stores them as F16: half the bytes.
+        // The F16 attention takes keys and values as F16 (as llama.cpp's F16 cache holds
+        // them): its cache stores them so, rounding each as it is written; half the bytes.
         let what = format!("the target's KV cache for {capacity} positions");
         let (layers, kv_dim) = (d.layers.len(), d.kv_dim());
         let kv = match attention {
@@ -397,12 +397,8 @@ fn forward_many<M: HasDecoder>(
             norm_rotate_heads(&mut q[span(qd, si)], qd, qn, d.eps, &d.rotary, t);
             norm_rotate_heads(&mut k[span(kvd, si)], kvd, kn, d.eps, &d.rotary, t);
         }
-        // 2. Keys and values into each session's cache (as F16 values when attention is
-        //    F16, as llama.cpp's F16 cache holds them).
-        if f16 {
-            round_f16s(&mut k);
-            round_f16s(&mut v);
-        }
+        // 2. Keys and values into each session's cache (an F16 session's cache rounds
+        //    them to F16 as it stores them, as llama.cpp's F16 cache holds them).
         for (si, s) in sessions.iter_mut().enumerate() {
             s.kv.write(li, p0s[si], &k[span(kvd, si)], &v[span(kvd, si)]);
         }
