@@ -46,7 +46,8 @@ const PREFETCH: usize = 8192;
 /// issue #22): on Zen 2 (AVX2) two adjacent rows with 8 KiB `prefetcht0` 36.5–38.5 ms,
 /// one row a pass with this 4 KiB 32.1–35.4, rows k/2 apart with it 27.9–30.8; on Zen 4
 /// (`vpdpbusd`) two adjacent rows with 8 KiB `prefetcht0` 38.7–47.1 ms, rows k/2 apart
-/// with it 25.3–30.5 and with this 21.5–29.6.
+/// with it 25.3–30.5 and with this 21.5–29.6 (since then [`lanes_one`] asks for nothing
+/// with `vpdpbusd`: the same from memory, faster from the caches).
 const PREFETCH_ONE: usize = 4096;
 
 /// Rows per pass (the lanes of an AVX2 register).
@@ -633,6 +634,216 @@ unsafe fn lanes_row<
     }
 }
 
+/// [`lanes_block`] for one column and two streams of rows (a decode step's products), as
+/// one straight loop over each pair of rows' blocks: the same instruction sequence per
+/// block, row and column, so the same bits, with a pair's scale products and mins held
+/// for a group of eight blocks and nothing else kept across blocks. With `PF` the rows
+/// are asked for [`PREFETCH_ONE`] ahead by `prefetchnta` (on AVX2); with `vpdpbusd` they
+/// are not: Zen 4's own prefetchers keep up with one column's pace, and the prefetches
+/// cost issue slots. On Zen 4, from the caches (6 MB of 1,024- or 3,072-value rows,
+/// alternated in one process, `docs/PERFORMANCE.md` issue #22): one thread 37.0 GB/s as
+/// a [`lanes_block`] pass, 42.4 as this, 43.5 as a bare loop of the same instructions;
+/// two threads on 3,072-value rows 57.2 → 75.1 GB/s; from memory the same as before.
+///
+/// `rows[r]` holds `out.len()` rows one after the other; `out[i][r]` is row i of `rows[r]`
+/// with the column.
+///
+/// # Safety
+/// As [`lanes_block`].
+#[inline(always)]
+unsafe fn lanes_one<F: Avx2Runs, D: LaneDot, const PF: bool, const P: bool>(
+    rows: [&[u8]; 2],
+    col: &LaneCol,
+    out: &mut [[f32; 2]],
+) {
+    const { assert!(F::SUBS == 1, "the scale products take one run a block") };
+    let row_bytes = rows[0].len() / out.len().max(1);
+    for r in rows {
+        assert_eq!(r.len(), out.len() * row_bytes);
+    }
+    let nb = row_bytes / F::BLOCK_BYTES;
+    // SAFETY: the caller enables the instruction sets (AVX2, FMA, F16C and D's) and
+    // guarantees whole blocks in every row and nb runs in the column: every pointer below
+    // stays inside them (the scale lookups of a partial group clamp to the last block).
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        let k80 = _mm256_set1_epi8(i8::MIN);
+        // Signed values met as `v + 128` (with a WIDE `D`) rather than by the sign trick.
+        let wide = D::WIDE && (F::SIGNED || F::OFFSET != 0);
+        let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
+        for (i, out) in out.iter_mut().enumerate() {
+            let base = rows.map(|r| r.as_ptr().add(i * row_bytes));
+            let mut acc = [_mm256_setzero_ps(); 2];
+            let mut acc2 = [_mm256_setzero_ps(); 2];
+            // With P, an odd last block's scale product and exact sum, fused last.
+            let mut tail = [(0.0f32, 0i32); 2];
+            let mut macc = [0.0f32; 2];
+            // Block b of both rows, `$d[r]` its scale product for row r and `$m[r]` its
+            // min.
+            macro_rules! block {
+                ($b:expr, $d:expr, $m:expr, $whole:expr) => {{
+                    let b: usize = $b;
+                    let d: [f32; 2] = $d;
+                    let at = b * F::BLOCK_BYTES;
+                    if F::HAS_MIN {
+                        let m: [f32; 2] = $m;
+                        // the column covers nb blocks (the caller's guarantee).
+                        let s = *col.s.add(b);
+                        for r in 0..2 {
+                            macc[r] = m[r].mul_add(s, macc[r]);
+                        }
+                    }
+                    // In a whole group a prefetch per block (redundant ones cost a slot,
+                    // not a read), else one per line.
+                    if PF && ($whole || at % 64 < F::BLOCK_BYTES) {
+                        for p in base {
+                            _mm_prefetch::<_MM_HINT_NTA>(p.wrapping_add(at + PREFETCH_ONE).cast());
+                        }
+                    }
+                    // run b's 32 quants lie inside the column (the caller's guarantee).
+                    let qx = _mm256_loadu_si256(col.q.add(b * RUN).cast());
+                    // With WIDE, each lane's sum starts at -128 times its four quants'
+                    // sum (128 · q by the same instruction, negated): added to the
+                    // `(v + 128) · q` of the row's codes, exactly the lane's `v · q`.
+                    let start = if wide {
+                        _mm256_sub_epi32(zero, D::dot(zero, k80, qx))
+                    } else {
+                        zero
+                    };
+                    for r in 0..2 {
+                        // block b < nb is a whole block of the row.
+                        let codes = F::codes(base[r].add(at), 0);
+                        let (u, s) = if F::SIGNED || F::OFFSET != 0 {
+                            let v = if F::SIGNED {
+                                codes
+                            } else {
+                                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
+                            };
+                            if wide {
+                                (_mm256_xor_si256(v, k80), qx)
+                            } else {
+                                (_mm256_sign_epi8(v, v), _mm256_sign_epi8(qx, v))
+                            }
+                        } else {
+                            (codes, qx)
+                        };
+                        let sums = D::dot(start, u, s);
+                        if !$whole && b == tail_block {
+                            let mut lanes = [0i32; 8];
+                            // `lanes` holds eight i32.
+                            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums);
+                            tail[r] = (d[r], lanes.iter().sum());
+                            continue;
+                        }
+                        let a = if P && b % 2 == 1 {
+                            &mut acc2[r]
+                        } else {
+                            &mut acc[r]
+                        };
+                        *a = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sums), *a);
+                    }
+                }};
+            }
+            let mut b0 = 0;
+            while b0 + ROWS <= nb {
+                // blocks b0..b0 + 8 lie in the rows and their runs in the column: the
+                // scale products of eight blocks in one multiply a row (a scalar
+                // multiply's bits).
+                let dx = _mm256_loadu_ps(col.d.add(b0));
+                let mut dprod = [[0.0f32; ROWS]; 2];
+                let mut mws = [[0.0f32; ROWS]; 2];
+                for r in 0..2 {
+                    let p = base[r].add(b0 * F::BLOCK_BYTES);
+                    let (d8, m8) = F::scales8(&std::array::from_fn(|k| p.add(k * F::BLOCK_BYTES)));
+                    // `dprod[r]` and `mws[r]` hold eight f32.
+                    _mm256_storeu_ps(dprod[r].as_mut_ptr(), _mm256_mul_ps(d8, dx));
+                    _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
+                }
+                for k in 0..ROWS {
+                    block!(
+                        b0 + k,
+                        [dprod[0][k], dprod[1][k]],
+                        [mws[0][k], mws[1][k]],
+                        true
+                    );
+                }
+                b0 += ROWS;
+            }
+            if b0 < nb {
+                // A partial group: its pointers clamp to the last block (lanes past the
+                // row's end are never read), its column scales copied in.
+                let mut part = [0.0f32; ROWS];
+                for (k, v) in part.iter_mut().enumerate().take(nb - b0) {
+                    // run b0 + k < nb lies in the column.
+                    *v = *col.d.add(b0 + k);
+                }
+                let dx = _mm256_loadu_ps(part.as_ptr());
+                let mut dprod = [[0.0f32; ROWS]; 2];
+                let mut mws = [[0.0f32; ROWS]; 2];
+                for r in 0..2 {
+                    let ps =
+                        std::array::from_fn(|k| base[r].add((b0 + k).min(nb - 1) * F::BLOCK_BYTES));
+                    let (d8, m8) = F::scales8(&ps);
+                    // `dprod[r]` and `mws[r]` hold eight f32.
+                    _mm256_storeu_ps(dprod[r].as_mut_ptr(), _mm256_mul_ps(d8, dx));
+                    _mm256_storeu_ps(mws[r].as_mut_ptr(), m8);
+                }
+                for k in 0..nb - b0 {
+                    block!(
+                        b0 + k,
+                        [dprod[0][k], dprod[1][k]],
+                        [mws[0][k], mws[1][k]],
+                        false
+                    );
+                }
+            }
+            for r in 0..2 {
+                out[r] = if P {
+                    let sum = crate::x86_64::hsum(_mm256_add_ps(acc[r], acc2[r]));
+                    let (d, isum) = tail[r];
+                    if tail_block < nb {
+                        sum + d * isum as f32
+                    } else {
+                        sum
+                    }
+                } else if F::HAS_MIN {
+                    crate::x86_64::hsum(acc[r]) + macc[r]
+                } else {
+                    crate::x86_64::hsum(acc[r])
+                };
+            }
+        }
+    }
+}
+
+/// [`lanes_one`] on AVX2.
+///
+/// # Safety
+/// As [`lanes_one`]; the CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_one_avx2<F: Avx2Runs, const P: bool>(
+    rows: [&[u8]; 2],
+    col: &LaneCol,
+    out: &mut [[f32; 2]],
+) {
+    // SAFETY: the caller's guarantees; the features are this function's.
+    unsafe { lanes_one::<F, Maddubs, true, P>(rows, col, out) }
+}
+
+/// [`lanes_one`] with `vpdpbusd`.
+///
+/// # Safety
+/// As [`lanes_one`]; the CPU must support AVX2, FMA, F16C and AVX-512 F, VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn lanes_one_vnni<F: Avx2Runs, const P: bool>(
+    rows: [&[u8]; 2],
+    col: &LaneCol,
+    out: &mut [[f32; 2]],
+) {
+    // SAFETY: the caller's guarantees; the features are this function's.
+    unsafe { lanes_one::<F, Dpbusd, false, P>(rows, col, out) }
+}
+
 /// [`lanes_block`] on AVX2.
 ///
 /// # Safety
@@ -660,7 +871,8 @@ unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: 
     // SAFETY: the caller's guarantees; the features are this function's.
     unsafe {
         if G == 1 {
-            // One column: rows k/2 apart asked for by `prefetchnta` (see PREFETCH_ONE).
+            // One column (an odd last row; the others go to `lanes_one`): asked for by
+            // `prefetchnta` (see PREFETCH_ONE).
             lanes_block::<F, Dpbusd, true, P, R, G>(rows, cols, out)
         } else {
             lanes_block::<F, Dpbusd, false, P, R, G>(rows, cols, out)
@@ -671,9 +883,8 @@ unsafe fn lanes_block_vnni<F: Avx2Runs, const P: bool, const R: usize, const G: 
 /// Columns sharing one pass of [`lanes_block`] over a row (a verify's eight in one).
 const LANE_GROUP: usize = 8;
 
-/// Rows per stream in one call of [`lanes_block`] for one column (rows i and k/2 + i of a
-/// task): the kernel's entry and exit (its arrays, the row ends' reductions)
-/// cost as much as a few blocks, paid once per call.
+/// Rows per stream in one call of [`lanes_one`] (rows i and k/2 + i of a task): the
+/// kernel's entry and exit cost as much as a few blocks, paid once per call.
 const SPLIT_RUN: usize = 32;
 
 /// A column as [`lanes_block`] reads it: its run scales, quants and (Q8_1) block sums.
@@ -737,8 +948,8 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
         // 2p + 1; an odd last row alone.
         let k = out.len() / n;
         if n == 1 {
-            // Both halves' rows run on in one call, up to SPLIT_RUN rows each, so the
-            // kernel's entry and exit are not paid per pair of rows.
+            // Both halves' rows run on in one call of `lanes_one`, up to SPLIT_RUN rows
+            // each, so the kernel's entry and exit are not paid per pair of rows.
             let half = k / 2;
             let rb = w.row_bytes();
             let rows_from = |i: usize, m: usize| {
@@ -748,12 +959,20 @@ unsafe fn rows_lanes<F: Avx2Runs, const P: bool>(
             let mut p = 0;
             while p < half {
                 let m = SPLIT_RUN.min(half - p);
-                let mut o = [[[0.0f32; 1]; 2]; SPLIT_RUN];
                 let pair = [rows_from(p, m), rows_from(half + p, m)];
-                block!(2, 1, pair, &[cols[0]], &mut o[..m]);
+                let mut o = [[0.0f32; 2]; SPLIT_RUN];
+                // SAFETY: the caller guarantees the features; the column covers nb blocks
+                // (asserted above) and every row is nb whole blocks.
+                unsafe {
+                    if vnni {
+                        lanes_one_vnni::<F, P>(pair, &cols[0], &mut o[..m])
+                    } else {
+                        lanes_one_avx2::<F, P>(pair, &cols[0], &mut o[..m])
+                    }
+                }
                 for (i, o) in o[..m].iter().enumerate() {
-                    out[p + i] = o[0][0];
-                    out[half + p + i] = o[1][0];
+                    out[p + i] = o[0];
+                    out[half + p + i] = o[1];
                 }
                 p += m;
             }
