@@ -22,6 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use dspark_runtime::generate::Stats;
 use dspark_runtime::sampling::Sampling;
+use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -224,6 +225,15 @@ impl IntoResponse for ApiError {
 /// (the page then sends it with each request it makes).
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let response = match admit(&s, &req) {
+        Ok(()) if sends_oversized(&s, &req) => {
+            // A client that sends a declared body over the limit at once reads no answer
+            // before it has sent it all: an answer with the rest unread would reach it as a
+            // reset connection. So the rest is read through, frame by frame and dropped
+            // (at most 4× the limit, see `admit`, under the body timeout), then refused.
+            let mut body = req.into_body().into_data_stream();
+            while let Some(Ok(_)) = body.next().await {}
+            ApiError::too_large(s.body_limit).into_response()
+        }
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     };
@@ -232,6 +242,17 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
         .with_label_values(&[response.status().as_str()])
         .inc();
     response
+}
+
+/// Whether `req` declares a body over the limit that its client sends without waiting for
+/// an invitation (what `admit` lets through to be read: at most 4× the limit).
+fn sends_oversized(s: &Shared, req: &Request) -> bool {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    declared.is_some_and(|n| n > s.body_limit as u64)
 }
 
 /// What is checked before a request reaches its handler: its declared size and its key.
