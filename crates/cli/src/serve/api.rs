@@ -259,8 +259,8 @@ fn sends_oversized(s: &Shared, req: &Request) -> bool {
 fn admit(s: &Shared, req: &Request) -> Result<(), ApiError> {
     // A declared length over the limit is refused before a byte of the body is read when the
     // client waits to be invited (`Expect: 100-continue`) or declares far more (4×) than
-    // the limit; a client that sends its body at once has the limit's worth read first (it
-    // would not read an answer sent while it writes).
+    // the limit; a client that sends its body at once has all of it read (and dropped) by
+    // `guard` first (it would not read an answer sent while it writes).
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

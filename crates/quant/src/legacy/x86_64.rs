@@ -639,8 +639,8 @@ unsafe fn lanes_row<
 /// block, row and column, so the same bits, with a pair's scale products and mins held
 /// for a group of eight blocks and nothing else kept across blocks. With `PF` the rows
 /// are asked for [`PREFETCH_ONE`] ahead by `prefetchnta` (on AVX2); with `vpdpbusd` they
-/// are not: Zen 4's own prefetchers keep up with one column's pace, and the prefetches
-/// cost issue slots. On Zen 4, from the caches (6 MB of 1,024- or 3,072-value rows,
+/// are not: the prefetches cost issue slots, and on Zen 4 the products read memory as
+/// fast without them (measured at reads of ~31 GB/s). On Zen 4, from the caches (6 MB of 1,024- or 3,072-value rows,
 /// alternated in one process, `docs/PERFORMANCE.md` issue #22): one thread 37.0 GB/s as
 /// a [`lanes_block`] pass, 42.4 as this, 43.5 as a bare loop of the same instructions;
 /// two threads on 3,072-value rows 57.2 → 75.1 GB/s; from memory the same as before.
