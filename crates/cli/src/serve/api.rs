@@ -247,12 +247,15 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
 /// Whether `req` declares a body over the limit that its client sends without waiting for
 /// an invitation (what `admit` lets through to be read: at most 4× the limit).
 fn sends_oversized(s: &Shared, req: &Request) -> bool {
-    let declared = req
-        .headers()
+    declared_length(req).is_some_and(|n| n > s.body_limit as u64)
+}
+
+/// The body length `req` declares (`Content-Length`), if it declares one that parses.
+fn declared_length(req: &Request) -> Option<u64> {
+    req.headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    declared.is_some_and(|n| n > s.body_limit as u64)
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// What is checked before a request reaches its handler: its declared size and its key.
@@ -261,11 +264,7 @@ fn admit(s: &Shared, req: &Request) -> Result<(), ApiError> {
     // client waits to be invited (`Expect: 100-continue`) or declares far more (4×) than
     // the limit; a client that sends its body at once has all of it read (and dropped) by
     // `guard` first (it would not read an answer sent while it writes).
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared_length(req);
     let waits = req
         .headers()
         .get(header::EXPECT)

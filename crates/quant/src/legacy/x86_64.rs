@@ -382,6 +382,67 @@ pub(crate) unsafe fn rows_avx2<F: Avx2Runs>(
     }
 }
 
+/// A run's codes as the lane kernels meet them: `(u, v)`, `u` the unsigned operand of `D`
+/// (signed values as `v + 128` with a [`LaneDot::WIDE`] `D`, else `|v|`; unsigned codes as
+/// they are) and `v` the signed values whose signs the sign trick puts on the quants (see
+/// [`lane_quants`]).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+unsafe fn lane_codes<F: Avx2Runs, D: LaneDot>(codes: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: the caller enables AVX2.
+    unsafe {
+        if !(F::SIGNED || F::OFFSET != 0) {
+            return (codes, codes);
+        }
+        let v = if F::SIGNED {
+            codes
+        } else {
+            _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
+        };
+        if D::WIDE {
+            (_mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN)), v)
+        } else {
+            (_mm256_sign_epi8(v, v), v)
+        }
+    }
+}
+
+/// The quants `qx` as [`lane_codes`]' `u` meets them: with `v`'s signs under the sign trick,
+/// as they are otherwise.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+unsafe fn lane_quants<F: Avx2Runs, D: LaneDot>(qx: __m256i, v: __m256i) -> __m256i {
+    if (F::SIGNED || F::OFFSET != 0) && !D::WIDE {
+        // SAFETY: the caller enables AVX2.
+        unsafe { _mm256_sign_epi8(qx, v) }
+    } else {
+        qx
+    }
+}
+
+/// Where a run's lane sums start: with signed values met as `v + 128` (a WIDE `D`), -128
+/// times each lane's four quants' sum (`128 · q` by the same instruction, negated), so that
+/// added to the `(v + 128) · q` of a row's codes it is exactly the lane's `v · q`; else 0.
+///
+/// # Safety
+/// The CPU must support AVX2 and what `D` runs.
+#[inline(always)]
+unsafe fn lane_start<F: Avx2Runs, D: LaneDot>(qx: __m256i) -> __m256i {
+    // SAFETY: the caller enables AVX2 and D's instruction set.
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        if D::WIDE && (F::SIGNED || F::OFFSET != 0) {
+            _mm256_sub_epi32(zero, D::dot(zero, _mm256_set1_epi8(i8::MIN), qx))
+        } else {
+            zero
+        }
+    }
+}
+
 /// R rows of a format that sums in ggml's lane order ([`super::dot_lanes_ref`]) · G
 /// columns: each row's runs decoded once (by [`Avx2Runs::codes`]), then per column the
 /// eight lanes' exact integer sums by `D` (signed values met as `|v| · sign(q, v)`, or with
@@ -457,8 +518,6 @@ unsafe fn lanes_row<
         let mut tail = [[(0.0f32, 0i32); G]; R];
         let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         let mut macc = [[0.0f32; G]; R];
-        // Signed values met as `v + 128` (with a WIDE `D`) rather than by the sign trick.
-        let wide = D::WIDE && (F::SIGNED || F::OFFSET != 0);
         // Per row, the mins of blocks b..b + 8, and per row and column the products of
         // those blocks' scales with the column's run scales (one run a block).
         const { assert!(F::SUBS == 1, "the scale products take one run a block") };
@@ -504,44 +563,14 @@ unsafe fn lanes_row<
                         // block b < nb is a whole block of the row; the caller enables the
                         // features.
                         let codes = F::codes(base[r].add(at), sub);
-                        if F::SIGNED || F::OFFSET != 0 {
-                            let v = if F::SIGNED {
-                                codes
-                            } else {
-                                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
-                            };
-                            // v + 128 as an unsigned byte, or |v| for the sign trick
-                            // (which also needs v's signs).
-                            unsigned[r] = if wide {
-                                _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN))
-                            } else {
-                                signed[r] = v;
-                                _mm256_sign_epi8(v, v)
-                            };
-                        } else {
-                            unsigned[r] = codes;
-                        }
+                        (unsigned[r], signed[r]) = lane_codes::<F, D>(codes);
                     }
                     for c in 0..G {
                         // run j's 32 quants lie inside the column (the caller's guarantee).
                         let qx = _mm256_loadu_si256(cols[c].q.add(j * RUN).cast());
-                        // With WIDE, each lane's sum starts at -128 times its four quants'
-                        // sum (128 · q by the same instruction, negated): added to the
-                        // `(v + 128) · q` of the row's codes, exactly the lane's `v · q`.
-                        let start = if wide {
-                            let k80 = _mm256_set1_epi8(i8::MIN);
-                            _mm256_sub_epi32(zero, D::dot(zero, k80, qx))
-                        } else {
-                            zero
-                        };
+                        let start = lane_start::<F, D>(qx);
                         for r in 0..R {
-                            let s = if wide {
-                                qx
-                            } else if F::SIGNED || F::OFFSET != 0 {
-                                _mm256_sign_epi8(qx, signed[r])
-                            } else {
-                                qx
-                            };
+                            let s = lane_quants::<F, D>(qx, signed[r]);
                             // the caller enables D's instruction set.
                             let sums = D::dot(start, unsigned[r], s);
                             let d = dprod[r][c][k];
@@ -666,10 +695,6 @@ unsafe fn lanes_one<F: Avx2Runs, D: LaneDot, const PF: bool, const P: bool>(
     // guarantees whole blocks in every row and nb runs in the column: every pointer below
     // stays inside them (the scale lookups of a partial group clamp to the last block).
     unsafe {
-        let zero = _mm256_setzero_si256();
-        let k80 = _mm256_set1_epi8(i8::MIN);
-        // Signed values met as `v + 128` (with a WIDE `D`) rather than by the sign trick.
-        let wide = D::WIDE && (F::SIGNED || F::OFFSET != 0);
         let tail_block = if P && nb % 2 == 1 { nb - 1 } else { usize::MAX };
         for (i, out) in out.iter_mut().enumerate() {
             let base = rows.map(|r| r.as_ptr().add(i * row_bytes));
@@ -702,31 +727,11 @@ unsafe fn lanes_one<F: Avx2Runs, D: LaneDot, const PF: bool, const P: bool>(
                     }
                     // run b's 32 quants lie inside the column (the caller's guarantee).
                     let qx = _mm256_loadu_si256(col.q.add(b * RUN).cast());
-                    // With WIDE, each lane's sum starts at -128 times its four quants'
-                    // sum (128 · q by the same instruction, negated): added to the
-                    // `(v + 128) · q` of the row's codes, exactly the lane's `v · q`.
-                    let start = if wide {
-                        _mm256_sub_epi32(zero, D::dot(zero, k80, qx))
-                    } else {
-                        zero
-                    };
+                    let start = lane_start::<F, D>(qx);
                     for r in 0..2 {
                         // block b < nb is a whole block of the row.
-                        let codes = F::codes(base[r].add(at), 0);
-                        let (u, s) = if F::SIGNED || F::OFFSET != 0 {
-                            let v = if F::SIGNED {
-                                codes
-                            } else {
-                                _mm256_sub_epi8(codes, _mm256_set1_epi8(F::OFFSET as i8))
-                            };
-                            if wide {
-                                (_mm256_xor_si256(v, k80), qx)
-                            } else {
-                                (_mm256_sign_epi8(v, v), _mm256_sign_epi8(qx, v))
-                            }
-                        } else {
-                            (codes, qx)
-                        };
+                        let (u, v) = lane_codes::<F, D>(F::codes(base[r].add(at), 0));
+                        let s = lane_quants::<F, D>(qx, v);
                         let sums = D::dot(start, u, s);
                         if !$whole && b == tail_block {
                             let mut lanes = [0i32; 8];

@@ -45,15 +45,10 @@ impl KvCache {
     /// error.
     pub fn new(layers: usize, kv_dim: usize, capacity: usize, what: &str) -> Result<KvCache> {
         KvCache::checked(layers, kv_dim, capacity, false, what)?;
-        let n = kv_dim * capacity;
-        let mut all = Vec::with_capacity(layers);
-        for _ in 0..layers {
-            all.push((zeroed(n, what)?, zeroed(n, what)?));
-        }
         Ok(KvCache {
             kv_dim,
             capacity,
-            layers: Layers::F32(all),
+            layers: Layers::F32(zeroed_layers(layers, kv_dim * capacity, what)?),
         })
     }
 
@@ -62,15 +57,10 @@ impl KvCache {
     /// llama.cpp's F16 cache holds them.
     pub fn new_f16(layers: usize, kv_dim: usize, capacity: usize, what: &str) -> Result<KvCache> {
         KvCache::checked(layers, kv_dim, capacity, true, what)?;
-        let n = kv_dim * capacity;
-        let mut all = Vec::with_capacity(layers);
-        for _ in 0..layers {
-            all.push((zeroed(n, what)?, zeroed(n, what)?));
-        }
         Ok(KvCache {
             kv_dim,
             capacity,
-            layers: Layers::F16(all),
+            layers: Layers::F16(zeroed_layers(layers, kv_dim * capacity, what)?),
         })
     }
 
@@ -163,6 +153,17 @@ impl KvCache {
         };
         KvCache::bytes_for(layers, self.kv_dim, self.capacity, self.is_f16()).unwrap_or(u64::MAX)
     }
+}
+
+/// `layers` zeroed pairs of key and value storage of `n` values each.
+fn zeroed_layers<T: Copy + Default>(
+    layers: usize,
+    n: usize,
+    what: &str,
+) -> Result<Vec<(Vec<T>, Vec<T>)>> {
+    (0..layers)
+        .map(|_| Ok((zeroed(n, what)?, zeroed(n, what)?)))
+        .collect()
 }
 
 #[cfg(test)]
