@@ -7,7 +7,8 @@
 //! - the machine's memory read bandwidth, as a plain multi-threaded read reaches it: the
 //!   best of ten passes over the models' own mapped pages (a 1 GiB buffer when they are
 //!   small enough to sit in the caches), before and after the steps; the bounds use the
-//!   higher reading;
+//!   higher reading; with `--paired-reads` also before each timed decode step and block
+//!   draft (best of five passes), each run then set against its own read;
 //! - with `--target`: one decode step (a 1-token forward after a `--context`-token
 //!   prefill) and a `--verify`-token forward, the KV cache rolled back after each run;
 //! - with `--draft`: one block draft after `--context` positions of context, by phase
@@ -71,6 +72,13 @@ pub struct BenchArgs {
     /// run left in the page cache.
     #[arg(long)]
     pub fresh: bool,
+    /// Also pair each timed decode step and block draft with a read of the probe's bytes
+    /// just before it (the best of five passes), and report the median of the runs'
+    /// time ÷ the bound at their own read: on a host whose memory bandwidth changes from
+    /// minute to minute, a run measured while memory is slow is then not compared with a
+    /// read taken while it was fast, nor the other way round.
+    #[arg(long)]
+    pub paired_reads: bool,
     /// Timed runs of each step (after two warm-up runs).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub runs: u64,
@@ -113,6 +121,36 @@ fn time_runs(runs: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Vec
     (0..runs)
         .map(|_| Ok(run()?.as_secs_f64() * 1e3))
         .collect::<Result<Vec<f64>>>()
+}
+
+/// Passes of each paired read (`--paired-reads`).
+const PAIRED_PASSES: usize = 5;
+
+/// The paired reads' summary (GB/s) and the median over runs of each run's time ÷ the
+/// bound of `bytes` at the read just before it, from the timed runs' `ms` and `reads`
+/// (bytes/s; the warm-up runs' reads come first and are dropped).
+fn paired(ms: &[f64], reads: &[f64], bytes: u64) -> Value {
+    let reads = &reads[reads.len() - ms.len()..];
+    let mut ratios: Vec<f64> = ms
+        .iter()
+        .zip(reads)
+        .map(|(t, r)| t / (bytes as f64 / r * 1e3))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let mut gb: Vec<f64> = reads.iter().map(|r| r / 1e9).collect();
+    gb.sort_by(f64::total_cmp);
+    let mid = |v: &[f64]| {
+        if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        }
+    };
+    json!({
+        "passes": PAIRED_PASSES,
+        "reads_gb_s": {"median": mid(&gb), "min": gb[0], "max": gb[gb.len() - 1]},
+        "over_bound": {"median": mid(&ratios), "min": ratios[0], "max": ratios[ratios.len() - 1]},
+    })
 }
 
 fn median(v: &Value) -> f64 {
@@ -216,6 +254,12 @@ fn probe_buffer(mapped: &[&[u8]]) -> Result<Option<Vec<u8>>> {
 /// read ~30 % slower than 64-byte ones on an Emerald Rapids) in one contiguous slice per
 /// pool thread, so every thread streams its own part once.
 pub fn memory_bandwidth(parts: &[&[u8]]) -> Result<f64> {
+    read_bandwidth(parts, 10)
+}
+
+/// Read bandwidth of `parts` in bytes/s: the best of `passes` passes, as
+/// [`memory_bandwidth`] reads them.
+fn read_bandwidth(parts: &[&[u8]], passes: usize) -> Result<f64> {
     // One contiguous slice per thread: the parts cut into equal shares, whole 64-byte
     // lines each.
     let threads = rayon::current_num_threads().max(1);
@@ -237,7 +281,7 @@ pub fn memory_bandwidth(parts: &[&[u8]]) -> Result<f64> {
         }
     }
     let mut best = f64::INFINITY;
-    for _ in 0..10 {
+    for _ in 0..passes {
         if crate::CANCEL.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(anyhow::Error::new(crate::Interrupted));
         }
@@ -433,10 +477,16 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             };
             // Times a forward of n tokens `runs` times, and what each timed run's routed
             // experts cost.
-            let mut step = |n: usize| -> Result<(Value, Option<Value>)> {
+            let mut step = |n: usize,
+                            reads: Option<&mut Vec<f64>>|
+             -> Result<(Value, Option<Value>, Vec<f64>)> {
                 let mut routed = Vec::new();
+                let mut reads = reads;
                 let times = time_runs(runs, || {
                     let toks = tokens.take(n);
+                    if let Some(r) = reads.as_deref_mut() {
+                        r.push(read_bandwidth(&parts, PAIRED_PASSES)?);
+                    }
                     let t = Instant::now();
                     s.forward(&toks, &capture, Logits::All)?;
                     let dt = t.elapsed();
@@ -445,13 +495,16 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                     Ok(dt)
                 })?;
                 Ok((
-                    summary(times),
+                    summary(times.clone()),
                     routed_summary(routed.split_off(routed.len().min(2))),
+                    times,
                 ))
             };
             // Where a decode step's time goes, stage by stage (decoder targets).
             let recorder = dspark_runtime::stages::Recorder::start();
-            let (mut decode, decode_routed) = step(1)?;
+            let mut decode_reads = Vec::new();
+            let (mut decode, decode_routed, decode_runs) =
+                step(1, a.paired_reads.then_some(&mut decode_reads))?;
             if let Some(stages) = recorder.finish() {
                 decode["stages_ms"] = stages
                     .into_iter()
@@ -459,10 +512,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                     .collect::<serde_json::Map<_, _>>()
                     .into();
             }
-            let (verify_t, verify_routed) = step(verify)?;
+            let (verify_t, verify_routed, _) = step(verify, None)?;
             let mut widths = Vec::new();
             for &w in &a.widths {
-                let (t, r) = step(w as usize)?;
+                let (t, r, _) = step(w as usize, None)?;
                 widths.push(json!({"tokens": w, "median_ms": median(&t), "min_ms": t["min_ms"], "routed": r}));
             }
             decode_ms = Some(median(&decode));
@@ -515,6 +568,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             if let Some(r) = decode_routed {
                 doc["target"]["decode"]["routed"] = r;
             }
+            if a.paired_reads {
+                doc["target"]["decode"]["paired"] = paired(&decode_runs, &decode_reads, weights);
+            }
             if let Some(r) = verify_routed {
                 doc["target"]["verify"]["routed"] = r;
             }
@@ -546,7 +602,11 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             let anchor = prompt[context];
             let mut phases = (Vec::new(), Vec::new(), Vec::new());
             let mut last_draft = None;
-            let block = summary(time_runs(runs, || {
+            let mut block_reads = Vec::new();
+            let block_runs = time_runs(runs, || {
+                if a.paired_reads {
+                    block_reads.push(read_bandwidth(&parts, PAIRED_PASSES)?);
+                }
                 let t = Instant::now();
                 let out = match sampler.as_mut() {
                     Some(sm) => ds.draft_sampled(target_ref, anchor, sm)?,
@@ -558,7 +618,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 phases.2.push(out.times.heads.as_secs_f64() * 1e3);
                 last_draft = Some(out);
                 Ok(dt)
-            })?);
+            })?;
+            let block = summary(block_runs.clone());
             // Drop the warm-up runs' phases.
             let (l, h, m) = (
                 summary(phases.0.split_off(2)),
@@ -601,6 +662,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 "drafter_phases_over_bound": (median(&l) + median(&m)) / bound(drafter_bytes),
                 "append_context": {"positions": append_rows, "median_ms": median(&append), "min_ms": append["min_ms"]},
             });
+            if a.paired_reads {
+                doc["drafter"]["paired"] =
+                    paired(&block_runs, &block_reads, drafter_bytes + head_bytes);
+            }
             if let (Some(dec), Some(s)) = (decode_ms, session.as_mut()) {
                 // A round: draft, verify anchor + drafts, append the accepted positions.
                 let p0 = s.len();
@@ -702,6 +767,24 @@ fn rebound(d: &mut Value, old: f64, new: f64) {
     }
 }
 
+/// One line of `--paired-reads` figures (nothing without them).
+fn paired_line(what: &str, p: &Value) -> Result<()> {
+    if !p.is_object() {
+        return Ok(());
+    }
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+    crate::outln!(
+        "{what}: time / bound at each run's read, median {} (min {}, max {}); reads {} GB/s median ({} to {})",
+        f(&p["over_bound"]["median"]),
+        f(&p["over_bound"]["min"]),
+        f(&p["over_bound"]["max"]),
+        f(&p["reads_gb_s"]["median"]),
+        f(&p["reads_gb_s"]["min"]),
+        f(&p["reads_gb_s"]["max"])
+    )?;
+    Ok(())
+}
+
 /// The measurements as a table.
 fn print_table(d: &Value) -> Result<()> {
     let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
@@ -743,6 +826,7 @@ fn print_table(d: &Value) -> Result<()> {
                 .collect();
             crate::outln!("  stages, mean ms: {}", parts.join(", "))?;
         }
+        paired_line("  paired with reads", &t["decode"]["paired"])?;
         row(
             format!("target verify ({} tokens)", t["verify"]["tokens"]),
             &t["verify"],
@@ -798,6 +882,7 @@ fn print_table(d: &Value) -> Result<()> {
             f(&k["draft_over_bound"]),
             k["target"].as_str().unwrap_or("?")
         )?;
+        paired_line("  block paired with reads", &k["paired"])?;
     }
     let r = &d["round"];
     if r.is_object() {

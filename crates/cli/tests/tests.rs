@@ -2003,12 +2003,34 @@ fn bench_reports_steps_bytes_and_break_even() {
         "2",
         "--json",
     ];
-    let mut args = vec!["bench", "--target", s(&target), "--draft", s(&draft)];
+    let mut args = vec![
+        "bench",
+        "--target",
+        s(&target),
+        "--draft",
+        s(&draft),
+        "--paired-reads",
+    ];
     args.extend(common);
     let o = dspark(&args);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ms = |x: &serde_json::Value| x["median_ms"].as_f64().unwrap();
+    // --paired-reads: each timed run against the read just before it. Every run's ratio
+    // is at least the fastest run's time at the slowest read.
+    let paired_fits = |step: &serde_json::Value, bytes: f64| {
+        let p = &step["paired"];
+        let f = |a: &str, b: &str| p[a][b].as_f64().unwrap();
+        assert_eq!(p["passes"], 5);
+        assert!(f("reads_gb_s", "min") > 0.0);
+        assert!(f("reads_gb_s", "min") <= f("reads_gb_s", "median"));
+        assert!(f("reads_gb_s", "median") <= f("reads_gb_s", "max"));
+        assert!(f("over_bound", "min") <= f("over_bound", "median"));
+        assert!(f("over_bound", "median") <= f("over_bound", "max"));
+        let fastest = step["min_ms"].as_f64().unwrap();
+        let least = fastest / (bytes / (f("reads_gb_s", "min") * 1e9) * 1e3);
+        assert!(f("over_bound", "min") >= least * (1.0 - 1e-9), "{p}");
+    };
     assert!(v["memory_bandwidth_gb_s"].as_f64().unwrap() > 0.0);
     // Files this small sit in the caches: the probe reads its own buffer, before and after
     // the steps, and the bounds use the higher reading.
@@ -2047,6 +2069,7 @@ fn bench_reports_steps_bytes_and_break_even() {
         .map(|x| x.data.len() as u64)
         .sum();
     assert_eq!(v["target"]["tensor_bytes"], total);
+    paired_fits(&v["target"]["decode"], total as f64);
     let d = &v["drafter"];
     assert_eq!(d["block_size"], 6);
     assert_eq!(d["drafts"], 6);
@@ -2059,6 +2082,13 @@ fn bench_reports_steps_bytes_and_break_even() {
         .sum();
     assert_eq!(d["bytes"]["layers"], layers);
     assert_eq!(d["bytes"]["lm_head"], 1024 * (256 / 32 * 34));
+    let block_bytes = ["layers", "markov_w2_per_block", "lm_head"]
+        .iter()
+        .map(|k| d["bytes"][k].as_f64().unwrap())
+        .sum::<f64>();
+    let mut step = d["draft"].clone();
+    step["paired"] = d["paired"].clone();
+    paired_fits(&step, block_bytes);
     let r = &v["round"];
     assert_eq!(r["verify_tokens"], 7);
     let round =

@@ -60,6 +60,8 @@ thread_local! {
     static PROMPT: Cell<bool> = const { Cell::new(false) };
     /// Whether this thread's products may take dspark's own order ([`own_order`]).
     static OWN: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread's products take their row tasks last first ([`last_rows_first`]).
+    static LAST_FIRST: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` with this thread's `flag` set, restoring what it was afterwards (also when
@@ -82,6 +84,16 @@ fn with_flag<R>(flag: &'static LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R
 /// run is, never what it outputs. Each column is still computed as it would be alone.
 pub fn own_order<R>(f: impl FnOnce() -> R) -> R {
     with_flag(&OWN, f)
+}
+
+/// Runs `f` with the products this thread starts ([`gemm`], [`gemm_many`]) handing out
+/// their row tasks from the matrix's last rows to its first (each task still walks its own
+/// rows forward). For passes repeated over a matrix larger than the last-level cache:
+/// alternating the direction, each pass starts on the rows the one before ended with, the
+/// ones the cache still holds, where a pass in the same direction would find its first
+/// rows evicted by the previous pass's last. Each product's bits are the same either way.
+pub fn last_rows_first<R>(f: impl FnOnce() -> R) -> R {
+    with_flag(&LAST_FIRST, f)
 }
 
 /// Whether this thread is inside [`own_order`].
@@ -171,7 +183,16 @@ pub fn gemm_many_with(kernels: &Kernels, ws: &[&Matrix<'_>], x: &[f32], ys: &mut
             }
         }
     };
-    run_tasks(tasks, run);
+    run_tasks(handed_out(tasks), run);
+}
+
+/// Tasks in the order [`run_tasks`] hands them out: as made (the matrix's first rows
+/// first), or last first inside [`last_rows_first`].
+fn handed_out<T>(mut tasks: Vec<T>) -> Vec<T> {
+    if LAST_FIRST.with(|b| b.get()) {
+        tasks.reverse();
+    }
+    tasks
 }
 
 /// A task of [`gemm_many_with`]: rows `first..` of a matrix by its row kernel, and those
@@ -342,7 +363,7 @@ fn table_row<'k>(kernels: &'k Kernels, w: &Matrix<'_>) -> &'k FormatKernels {
 
 #[cfg(test)]
 mod tests {
-    use super::run_tasks;
+    use super::{handed_out, last_rows_first, run_tasks};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
@@ -372,6 +393,14 @@ mod tests {
                 assert!(out.iter().all(|&v| v == 1));
             }
         }
+    }
+
+    #[test]
+    fn tasks_are_handed_out_last_first_only_inside_last_rows_first() {
+        assert_eq!(handed_out(vec![0, 1, 2]), [0, 1, 2]);
+        assert_eq!(last_rows_first(|| handed_out(vec![0, 1, 2])), [2, 1, 0]);
+        // The flag is restored afterwards.
+        assert_eq!(handed_out(vec![0, 1, 2]), [0, 1, 2]);
     }
 
     #[test]

@@ -909,13 +909,28 @@ fn own_order_gives_its_reference_bits_where_packed() {
                 (&w, true, step),
                 (&wp, false, step),
             ] {
-                let mut y = vec![0.0f32; n * rows];
-                if inside {
-                    own_order(|| gemm(m, &x[..n * cols], &mut y));
-                } else {
-                    gemm(m, &x[..n * cols], &mut y);
+                // 35 rows are three tasks: handed out first to last and last to first.
+                for last_first in [false, true] {
+                    let mut y = vec![0.0f32; n * rows];
+                    let run = |y: &mut [f32]| {
+                        if inside {
+                            own_order(|| gemm(m, &x[..n * cols], y));
+                        } else {
+                            gemm(m, &x[..n * cols], y);
+                        }
+                    };
+                    if last_first {
+                        crate::gemm::last_rows_first(|| run(&mut y));
+                    } else {
+                        run(&mut y);
+                    }
+                    assert_eq!(
+                        bits(&y),
+                        want(dot),
+                        "{} n {n} own {inside} last rows first {last_first}",
+                        f.ty
+                    );
                 }
-                assert_eq!(bits(&y), want(dot), "{} n {n} own {inside}", f.ty);
             }
         }
     }
