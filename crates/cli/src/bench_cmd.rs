@@ -99,12 +99,17 @@ pub struct BenchArgs {
 /// Median and minimum of timed runs, in milliseconds.
 fn summary(mut ms: Vec<f64>) -> Value {
     ms.sort_by(f64::total_cmp);
-    let median = if ms.len() % 2 == 1 {
-        ms[ms.len() / 2]
+    json!({"median_ms": middle(&ms), "min_ms": ms[0]})
+}
+
+/// The median of sorted, non-empty `v` (the mean of the middle two when their count is
+/// even).
+fn middle(v: &[f64]) -> f64 {
+    if v.len() % 2 == 1 {
+        v[v.len() / 2]
     } else {
-        (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0
-    };
-    json!({"median_ms": median, "min_ms": ms[0]})
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
 }
 
 /// Runs `f` twice untimed, then `runs` times timed; `f` returns the time it measured.
@@ -139,17 +144,10 @@ fn paired(ms: &[f64], reads: &[f64], bytes: u64) -> Value {
     ratios.sort_by(f64::total_cmp);
     let mut gb: Vec<f64> = reads.iter().map(|r| r / 1e9).collect();
     gb.sort_by(f64::total_cmp);
-    let mid = |v: &[f64]| {
-        if v.len() % 2 == 1 {
-            v[v.len() / 2]
-        } else {
-            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-        }
-    };
     json!({
         "passes": PAIRED_PASSES,
-        "reads_gb_s": {"median": mid(&gb), "min": gb[0], "max": gb[gb.len() - 1]},
-        "over_bound": {"median": mid(&ratios), "min": ratios[0], "max": ratios[ratios.len() - 1]},
+        "reads_gb_s": {"median": middle(&gb), "min": gb[0], "max": gb[gb.len() - 1]},
+        "over_bound": {"median": middle(&ratios), "min": ratios[0], "max": ratios[ratios.len() - 1]},
     })
 }
 
@@ -478,10 +476,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             // Times a forward of n tokens `runs` times, and what each timed run's routed
             // experts cost.
             let mut step = |n: usize,
-                            reads: Option<&mut Vec<f64>>|
+                            mut reads: Option<&mut Vec<f64>>|
              -> Result<(Value, Option<Value>, Vec<f64>)> {
                 let mut routed = Vec::new();
-                let mut reads = reads;
                 let times = time_runs(runs, || {
                     let toks = tokens.take(n);
                     if let Some(r) = reads.as_deref_mut() {

@@ -526,7 +526,6 @@ impl DraftSession {
         let mut drafted = Vec::with_capacity(rows);
         let mut confidences = Vec::new();
         let mut proposals = Vec::new();
-        let mut row = Vec::new();
         let position = self.len;
         let mut prev = anchor;
         let biased = model.markov.is_some() && self.markov_bias;
@@ -570,12 +569,14 @@ impl DraftSession {
                 }
                 confidences.push(1.0 / (1.0 + (-s).exp()));
             }
+            // base + bias, in the bias's storage (the next draft's W2 pass overwrites it).
             let values: &[f32] = if bias.is_empty() {
                 base
             } else {
-                row.clear();
-                row.extend(base.iter().zip(&bias).map(|(a, b)| a + b));
-                &row
+                for (b, &a) in bias.iter_mut().zip(base) {
+                    *b += a;
+                }
+                &bias
             };
             let next = match sampler.as_deref_mut() {
                 Some(sampler) => {
